@@ -1,0 +1,200 @@
+"""The contract between a built-in action and whoever runs it.
+
+A built-in action is a module run as ``python -m pipeline.<group>.<step> [--flag value]...``,
+on the local machine or on a GPU host with nothing but torch/transformers/safetensors/pyyaml.
+The runner turns a stage's ``with:`` mapping into flags with :func:`params_to_argv` and adds
+``--result PATH``. The action writes one JSON document there (:class:`StageResult`) saying
+what it measured and which of its own checks passed; the runner reads it back to decide
+whether the todo is completed or blocked. Log lines go to stdout, which the detached job
+captures, so progress needs no extra channel.
+
+This module imports only the standard library: it is shipped to bare hosts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import ActionError
+
+__all__ = ["ActionError", "Check", "StageResult", "params_to_argv", "run_action"]
+
+RESULT_SCHEMA = 1
+
+# Built-in action name -> module run with ``python -m``. Kept as data so the runner can
+# validate a spec without importing torch.
+BUILTIN_ACTIONS: dict[str, str] = {
+    "eagle3.verifier": "pipeline.eagle3.verifier",
+    "eagle3.generate": "pipeline.eagle3.generate",
+    "eagle3.clean": "pipeline.eagle3.clean",
+    "eagle3.tokenize": "pipeline.eagle3.tokenize",
+    "eagle3.hidden_states": "pipeline.eagle3.hidden_states",
+    "eagle3.vocab": "pipeline.eagle3.vocab",
+    "eagle3.train": "pipeline.eagle3.train",
+    "eagle3.export": "pipeline.eagle3.export",
+    "eagle3.verify": "pipeline.eagle3.verify",
+    "eagle3.preflight": "pipeline.eagle3.preflight",
+    "eagle3.serve": "pipeline.eagle3.serve",
+    "eagle3.benchmark": "pipeline.eagle3.benchmark",
+}
+
+
+@dataclass
+class Check:
+    """One named check: did it pass, what was measured, what was expected, what to do."""
+
+    name: str
+    passed: bool
+    value: Any = None
+    expected: Any = None
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class StageResult:
+    """What an action reports back. ``ok`` is False when any of its own checks failed."""
+
+    action: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    artifacts: list[str] = field(default_factory=list)
+    summary: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(c.passed for c in self.checks)
+
+    def check(self, name: str, passed: bool, value: Any = None, expected: Any = None,
+              message: str = "") -> Check:
+        c = Check(name=name, passed=bool(passed), value=value, expected=expected,
+                  message=message)
+        self.checks.append(c)
+        return c
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": RESULT_SCHEMA,
+            "action": self.action,
+            "ok": self.ok,
+            "summary": self.summary,
+            "error": self.error,
+            "metrics": self.metrics,
+            "checks": [c.to_json() for c in self.checks],
+            "artifacts": list(self.artifacts),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StageResult:
+        return cls(
+            action=str(data.get("action", "")),
+            metrics=dict(data.get("metrics") or {}),
+            checks=[Check(**c) for c in data.get("checks") or []],
+            artifacts=list(data.get("artifacts") or []),
+            summary=str(data.get("summary") or ""),
+            error=data.get("error"),
+        )
+
+
+def params_to_argv(params: Mapping[str, Any]) -> list[str]:
+    """``{"samples": 10, "dry_run": True, "layers": [1, 2]}`` -> ``--samples 10 --dry-run --layers [1, 2]``.
+
+    Values become separate argv items, never shell text: quoting is the executor's job.
+    Lists and mappings travel as JSON so that nested parameters survive unchanged.
+    """
+    argv: list[str] = []
+    for key, value in params.items():
+        flag = "--" + str(key).replace("_", "-")
+        if value is None:
+            continue
+        if value is True:
+            argv.append(flag)
+        elif value is False:
+            argv.append("--no-" + str(key).replace("_", "-"))
+        elif isinstance(value, (list, dict)):
+            argv += [flag, json.dumps(value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def json_arg(text: str) -> Any:
+    """argparse ``type=`` for list/mapping parameters passed by :func:`params_to_argv`."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {text!r} ({exc.msg})") from None
+
+
+def add_bool_arg(parser: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
+    """``--name`` / ``--no-name``, matching how :func:`params_to_argv` writes booleans."""
+    parser.add_argument(f"--{name}", dest=name.replace("-", "_"),
+                        action=argparse.BooleanOptionalAction, default=default, help=help)
+
+
+def make_parser(action: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m {BUILTIN_ACTIONS.get(action, action)}",
+                                     description=description)
+    parser.add_argument("--result", type=Path, default=None,
+                        help="write the stage result (JSON) here; the harness reads it back")
+    return parser
+
+
+def write_result(result: StageResult, path: Path | None) -> None:
+    """Write atomically: a reader never sees half a result, even if the host dies mid-write."""
+    if path is None:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".result-", suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(result.to_json(), fh, indent=2, default=str)
+    os.replace(tmp, path)
+
+
+def read_result(path: Path) -> StageResult:
+    return StageResult.from_json(json.loads(Path(path).read_text()))
+
+
+def print_checks(checks: Iterable[Check], out: Callable[[str], None] = print) -> None:
+    for c in checks:
+        mark = "PASS" if c.passed else "FAIL"
+        extra = f" value={c.value}" if c.value is not None else ""
+        extra += f" expected={c.expected}" if c.expected is not None else ""
+        out(f"check {mark} {c.name}:{extra} {c.message}".rstrip())
+
+
+def run_action(action: str, fn: Callable[[argparse.Namespace], StageResult],
+               parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
+    """The ``main`` of every built-in action: parse, run, report, exit 0/1.
+
+    Exit 0 only when the action finished *and* its own checks passed, so a plain shell
+    user gets the same verdict the runner does.
+    """
+    args = parser.parse_args(argv)
+    try:
+        result = fn(args)
+    except ActionError as exc:
+        result = StageResult(action=action, error=str(exc))
+        write_result(result, args.result)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    print_checks(result.checks)
+    if result.summary:
+        print(result.summary)
+    write_result(result, args.result)
+    return 0 if result.ok else 1

@@ -1,0 +1,56 @@
+"""Errors raised by the pipeline layer.
+
+The tree, drawn once::
+
+    PipelineError                 exit 1 unless noted
+    ├── SpecError                 a pipeline YAML that does not validate (file, stage, field)
+    ├── ActionError               a built-in action that cannot proceed (bad input file, shape)
+    ├── ExecutorError             a command or transfer on a host failed
+    │   ├── HostUnreachable       exit 3: cannot connect / authenticate to a host
+    │   └── CommandTimeout        exit 4: a command outlived its timeout
+    └── JobError                  a detached job's files are missing or inconsistent
+
+Every error carries ``message`` and optionally ``where`` (a file, a stage, a host) and
+``hint`` (what to do). The harness CLI renders them on one line; the pipeline layer never
+prints tracebacks for them. Standard library only: this module ships to bare GPU hosts.
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    exit_code = 1
+
+    def __init__(self, message: str, *, where: str | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.where = where
+        self.hint = hint
+
+    def __str__(self) -> str:
+        text = f"{self.where}: {self.message}" if self.where else self.message
+        return f"{text} (hint: {self.hint})" if self.hint else text
+
+
+class SpecError(PipelineError):
+    pass
+
+
+class ActionError(PipelineError):
+    pass
+
+
+class ExecutorError(PipelineError):
+    pass
+
+
+class HostUnreachable(ExecutorError):
+    exit_code = 3
+
+
+class CommandTimeout(ExecutorError):
+    exit_code = 4
+
+
+class JobError(PipelineError):
+    pass

@@ -1,0 +1,1 @@
+"""The Textual TUI. Reads through `state`, changes things through `harness` commands."""
