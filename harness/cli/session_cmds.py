@@ -1,0 +1,114 @@
+"""`harness init`, `harness where`, `harness session new|list|use`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from harness.cli.common import common_options, emit_json, harness, json_option
+from harness.errors import NoSession
+from harness.paths import PROJECT_DIR, STORE_FILE, config_dir, current_session, set_current_session
+from state.store import Store
+
+
+@click.command()
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+def init(directory: Path | None) -> None:
+    """Create a project store, DIRECTORY/.harness/state.db (default: here).
+
+    Commands run in DIRECTORY or below then use it (unless --db or HARNESS_DB say
+    otherwise).
+    """
+    target = (directory or Path.cwd()) / PROJECT_DIR / STORE_FILE
+    existed = target.exists()
+    Store.open(str(target)).close()
+    click.echo(f"{'using existing' if existed else 'created'} store {target}")
+
+
+@click.command()
+@common_options
+@json_option
+def where(as_json: bool) -> None:
+    """Show the store, config directory and session this command would use, and why."""
+    h = harness()
+    store_src = h.store_source
+    session_src = h.session_source
+    info = {
+        "store": h.store.where, "store_url": h.store.url, "store_from": store_src.how,
+        "backend": h.store.dialect, "config_dir": str(config_dir()),
+        "session": session_src.value, "session_from": session_src.how,
+    }
+    if as_json:
+        emit_json(info)
+        return
+    click.echo(f"store:   {info['store']}  ({info['backend']}, from {info['store_from']})")
+    click.echo(f"session: {info['session']}  (from {info['session_from']})")
+    click.echo(f"config:  {info['config_dir']}")
+
+
+@click.group()
+def session() -> None:
+    """Create, list and switch sessions (one todo list and its history each)."""
+
+
+@session.command("new")
+@click.argument("name")
+@click.option("--use/--no-use", default=True, show_default=True,
+              help="Make it the current session for this store.")
+@common_options
+def session_new(name: str, use: bool) -> None:
+    """Create session NAME (and switch to it)."""
+    h = harness()
+    h.store.create_session(name, actor="human")
+    if use:
+        set_current_session(h.store.url, name)
+    click.echo(f"created session {name}" + (" (now current)" if use else ""))
+
+
+@session.command("list")
+@common_options
+@json_option
+def session_list(as_json: bool) -> None:
+    """List the sessions in the store."""
+    h = harness()
+    current = current_session(h.store.url) or "default"
+    counts = h.store.session_counts()
+    rows = []
+    for s in h.store.sessions():
+        c = counts.get(s.id, {})
+        total = sum(v for k, v in c.items() if k != "events")
+        rows.append({"name": s.name, "current": s.name == current, "todos": total,
+                     "completed": c.get("completed", 0), "blocked": c.get("blocked", 0),
+                     "events": c.get("events", 0), "pipeline": s.pipeline,
+                     "created_at": s.created_at, "parent_id": s.parent_id})
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("no sessions yet (one named 'default' is created on first use)")
+        return
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        mark = "*" if r["current"] else " "
+        extra = f"  pipeline {r['pipeline']}" if r["pipeline"] else ""
+        click.echo(f"{mark} {r['name']:<{width}}  {r['completed']}/{r['todos']} done"
+                   f"  {r['blocked']} blocked  {r['events']} events{extra}")
+
+
+@session.command("use")
+@click.argument("name")
+@common_options
+def session_use(name: str) -> None:
+    """Make NAME the current session for this store (for you, not for others)."""
+    h = harness()
+    if h.store.session_by_name(name) is None:
+        raise NoSession(f"no session named {name!r}", where=h.store.where,
+                        hint=f"create it with `harness session new {name}`")
+    set_current_session(h.store.url, name)
+    click.echo(f"now using session {name}")
+
+
+def register(cli: click.Group) -> None:
+    for cmd in (init, where, session):
+        cli.add_command(cmd)

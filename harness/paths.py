@@ -1,0 +1,103 @@
+"""Where things are: the store, the user's config, the current session.
+
+The store is found by ``--db`` > ``HARNESS_DB`` (a path or an SQLAlchemy URL) >
+``.harness/state.db`` in the current directory or the nearest parent that has one > the
+user data directory (platformdirs; ``HARNESS_DATA_DIR`` overrides it).
+
+The current session is per user and per store (``harness session use``), kept in
+``<config dir>/sessions.json`` (``HARNESS_CONFIG_DIR`` overrides the directory), so people
+sharing one PostgreSQL store do not switch each other's sessions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+APP = "todo-harness"
+PROJECT_DIR = ".harness"
+STORE_FILE = "state.db"
+DEFAULT_SESSION = "default"
+
+
+def data_dir() -> Path:
+    env = os.environ.get("HARNESS_DATA_DIR")
+    return Path(env).expanduser() if env else Path(platformdirs.user_data_dir(APP))
+
+
+def config_dir() -> Path:
+    env = os.environ.get("HARNESS_CONFIG_DIR")
+    return Path(env).expanduser() if env else Path(platformdirs.user_config_dir(APP))
+
+
+@dataclass(frozen=True)
+class Resolved:
+    value: str
+    how: str
+
+
+def find_project_store(start: Path | None = None) -> Path | None:
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        candidate = d / PROJECT_DIR / STORE_FILE
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def resolve_store(db: str | None, cwd: Path | None = None) -> Resolved:
+    if db:
+        return Resolved(db, "--db")
+    env = os.environ.get("HARNESS_DB")
+    if env:
+        return Resolved(env, "HARNESS_DB")
+    project = find_project_store(cwd)
+    if project is not None:
+        return Resolved(str(project), f"{PROJECT_DIR}/ in {project.parent.parent}")
+    return Resolved(str(data_dir() / STORE_FILE), "the user data directory")
+
+
+def _sessions_file() -> Path:
+    return config_dir() / "sessions.json"
+
+
+def current_session(store_url: str) -> str | None:
+    try:
+        data = json.loads(_sessions_file().read_text())
+    except (OSError, ValueError):
+        return None
+    value = data.get(store_url) if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def set_current_session(store_url: str, name: str) -> None:
+    path = _sessions_file()
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            data = {}
+    except (OSError, ValueError):
+        data = {}
+    data[store_url] = name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".sessions-")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def resolve_session(explicit: str | None, store_url: str) -> Resolved:
+    if explicit:
+        return Resolved(explicit, "--session")
+    env = os.environ.get("HARNESS_SESSION")
+    if env:
+        return Resolved(env, "HARNESS_SESSION")
+    current = current_session(store_url)
+    if current:
+        return Resolved(current, "harness session use")
+    return Resolved(DEFAULT_SESSION, "the default")

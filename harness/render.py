@@ -1,0 +1,87 @@
+"""Showing stored text safely, and describing events for people.
+
+Todo text is stored exactly as given. When shown, control characters and terminal escape
+sequences are neutralised (made visible, e.g. ``\\x1b``), so a todo cannot move the
+cursor, retitle the terminal or hide text. Newlines survive in full views and become
+``⏎`` in one-line views.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from state.fold import Event
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _is_control(ch: str) -> bool:
+    code = ord(ch)
+    # C0, DEL, C1, and the bidi overrides that can reorder what a person reads.
+    return (code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0
+            or 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069)
+
+
+def safe_text(text: str) -> str:
+    """Full view: keep newlines and tabs, make every other control character visible."""
+    return "".join(ch if ch in "\n\t" or not _is_control(ch) else _escape(ch) for ch in text)
+
+
+def safe_line(text: str, width: int | None = None) -> str:
+    """One-line view: newlines become ⏎, other controls become visible escapes."""
+    out = "".join("⏎" if ch == "\n" else " " if ch == "\t" else
+                  (_escape(ch) if _is_control(ch) else ch) for ch in text.rstrip("\n"))
+    if width is not None and len(out) > width:
+        out = out[: max(width - 1, 0)] + "…"
+    return out
+
+
+def _val(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(safe_line(value, 60))
+    if isinstance(value, list):
+        return "[" + ", ".join(f"t{v}" if isinstance(v, int) else str(v) for v in value) + "]"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def describe(ev: Event) -> str:
+    """A one-line account of an event: what changed, from what, to what."""
+    p = ev.payload
+    k = ev.kind
+    if k == "session.created":
+        extra = f" (fork of session {p['parent_id']} at event {p.get('fork_n')})" \
+            if p.get("parent_id") else ""
+        return f"created session {p.get('name', '')!r}{extra}"
+    if k == "todo.created":
+        bits = [p.get("status", "pending"), p.get("priority", "medium")]
+        if p.get("stage"):
+            bits.append(f"stage {p['stage']}")
+        return f"created {_val(p.get('content', ''))} ({', '.join(bits)})"
+    if k == "todo.updated":
+        parts = []
+        for name, (old, new) in p.get("changes", {}).items():
+            parts.append(f"{name}: {_val(old)} -> {_val(new)}")
+        return "; ".join(parts)
+    if k == "todo.removed":
+        return f"removed {_val(p.get('content', ''))} ({p.get('reason', '')})"
+    if k == "todo.noted":
+        return f"note: {safe_line(p.get('text', ''), 80)}"
+    if k == "run.queued":
+        return f"run r{p.get('run')} queued on {p.get('host')} (attempt {p.get('attempt', 1)})"
+    if k == "run.updated":
+        parts = [f"{name}: {_val(old)} -> {_val(new)}"
+                 for name, (old, new) in p.get("changes", {}).items()
+                 if name not in ("result",)]
+        return f"run r{p.get('run')} " + "; ".join(parts)
+    if k == "verification.recorded":
+        verdict = "passed" if p.get("passed") else "failed"
+        return f"verification v{p.get('verification')} {verdict}: " \
+               f"{safe_line(p.get('verdict', ''), 80)}"
+    if k == "artifact.recorded":
+        return f"artifact {safe_line(str(p.get('path', '')), 80)}"
+    return k

@@ -1,0 +1,187 @@
+"""Todo use cases for people (and the TUI): add, mark, block, reprioritise, move, edit, note.
+
+Every function is one write transaction and writes events with the given actor (``human``
+unless a caller says otherwise). A change that changes nothing writes nothing and says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.errors import InputError, UsageError
+from harness.formats import normalize_priority
+from state.fold import PRIORITIES, STATUS_GROUP, TodoState
+from state.store import Store, Tx
+
+HUMAN = "human"
+
+
+@dataclass
+class Outcome:
+    todo: TodoState
+    changed: dict[str, list[object]]
+
+    @property
+    def noop(self) -> bool:
+        return not self.changed
+
+
+def parse_id(text: str | int) -> int:
+    """``t12``, ``T12`` or ``12`` -> 12."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*[tT]?(\d+)\s*", str(text))
+    if not m:
+        raise InputError(f"not a todo id: {text!r} (expected something like t12)")
+    return int(m.group(1))
+
+
+def add(store: Store, session_id: int, content: str, *, priority: str = "medium",
+        stage: str | None = None, depends_on: Sequence[str | int] = (),
+        actor: str = HUMAN, origin: str = "human") -> TodoState:
+    if not content or not content.strip():
+        raise InputError("a todo needs some text")
+    prio = normalize_priority(priority)
+    deps = [parse_id(d) for d in depends_on]
+    with store.write(session_id, actor) as tx:
+        return tx.create_todo(content, priority=prio, stage=stage, depends_on=deps,
+                              origin=origin)
+
+
+def _change(store: Store, session_id: int, ident: str | int, actor: str, **changes: object
+            ) -> Outcome:
+    num = parse_id(ident)
+    with store.write(session_id, actor) as tx:
+        diff = tx.update_todo(num, **changes)
+        return Outcome(todo=tx.todo(num), changed=diff)
+
+
+def set_status(store: Store, session_id: int, ident: str | int, status: str, *,
+               actor: str = HUMAN, reason: str | None = None) -> Outcome:
+    changes: dict[str, object] = {"status": status}
+    if status == "blocked":
+        if not reason or not reason.strip():
+            raise UsageError("blocking needs a reason (--reason TEXT)")
+        changes["blocked_reason"] = reason
+    else:
+        changes["blocked_reason"] = None
+    return _change(store, session_id, ident, actor, **changes)
+
+
+def unblock(store: Store, session_id: int, ident: str | int, *, actor: str = HUMAN) -> Outcome:
+    num = parse_id(ident)
+    with store.write(session_id, actor) as tx:
+        todo = tx.todo(num)
+        if todo.status != "blocked":
+            return Outcome(todo=todo, changed={})
+        diff = tx.update_todo(num, status="pending", blocked_reason=None)
+        return Outcome(todo=tx.todo(num), changed=diff)
+
+
+def set_priority(store: Store, session_id: int, ident: str | int, level: str, *,
+                 actor: str = HUMAN) -> Outcome:
+    num = parse_id(ident)
+    with store.write(session_id, actor) as tx:
+        todo = tx.todo(num)
+        if level in ("up", "down"):
+            rank = PRIORITIES.index(todo.priority) + (-1 if level == "up" else 1)
+            prio = PRIORITIES[min(max(rank, 0), len(PRIORITIES) - 1)]
+        else:
+            prio = normalize_priority(level)
+        diff = tx.update_todo(num, priority=prio)
+        return Outcome(todo=tx.todo(num), changed=diff)
+
+
+def edit(store: Store, session_id: int, ident: str | int, content: str, *,
+         actor: str = HUMAN) -> Outcome:
+    if not content or not content.strip():
+        raise InputError("a todo needs some text")
+    return _change(store, session_id, ident, actor, content=content)
+
+
+def set_depends(store: Store, session_id: int, ident: str | int, depends_on: Sequence[str | int],
+                *, actor: str = HUMAN) -> Outcome:
+    num = parse_id(ident)
+    deps = [parse_id(d) for d in depends_on]
+    with store.write(session_id, actor) as tx:
+        for d in deps:
+            tx.todo(d)
+        if _reaches(tx, deps, num):
+            raise InputError(f"t{num} cannot depend on {', '.join(f't{d}' for d in deps)}: "
+                             "that makes a cycle")
+        diff = tx.update_todo(num, depends_on=deps)
+        return Outcome(todo=tx.todo(num), changed=diff)
+
+
+def _reaches(tx: Tx, starts: Sequence[int], target: int) -> bool:
+    seen: set[int] = set()
+    stack = list(starts)
+    while stack:
+        n = stack.pop()
+        if n == target:
+            return True
+        if n in seen or n not in tx.state.todos:
+            continue
+        seen.add(n)
+        stack.extend(tx.state.todos[n].depends_on)
+    return False
+
+
+def note(store: Store, session_id: int, ident: str | int, text: str, *,
+         actor: str = HUMAN) -> TodoState:
+    if not text or not text.strip():
+        raise InputError("a note needs some text")
+    num = parse_id(ident)
+    with store.write(session_id, actor) as tx:
+        tx.todo(num)
+        tx.emit("todo.noted", todo_id=num, payload={"text": text})
+        return tx.todo(num)
+
+
+def _bucket(todos: dict[int, TodoState], todo: TodoState) -> list[TodoState]:
+    """The todos a person sees next to this one: same board section, same priority."""
+    return sorted((t for t in todos.values()
+                   if STATUS_GROUP[t.status] == STATUS_GROUP[todo.status]
+                   and t.priority == todo.priority),
+                  key=lambda t: (t.position, t.num))
+
+
+def move(store: Store, session_id: int, ident: str | int, *, up: bool = False,
+         down: bool = False, to: int | None = None, actor: str = HUMAN) -> Outcome:
+    """Move a todo among its neighbours on the board (same section and priority).
+
+    ``to`` is 1-based within that group. Moving changes one position, so it is one event.
+    """
+    if sum((up, down, to is not None)) != 1:
+        raise UsageError("say exactly one of --up, --down or --to N")
+    num = parse_id(ident)
+    with store.write(session_id, actor) as tx:
+        todo = tx.todo(num)
+        group = _bucket(tx.state.todos, todo)
+        idx = group.index(todo)
+        if up:
+            target = idx - 1
+        elif down:
+            target = idx + 1
+        else:
+            assert to is not None
+            if to < 1:
+                raise UsageError("--to counts from 1")
+            target = min(to, len(group)) - 1
+        target = min(max(target, 0), len(group) - 1)
+        if target == idx:
+            return Outcome(todo=todo, changed={})
+        others = [t for t in group if t.num != num]
+        before = others[target - 1].position if target > 0 else None
+        after = others[target].position if target < len(others) else None
+        if before is None and after is not None:
+            pos = after - 1.0
+        elif after is None and before is not None:
+            pos = before + 1.0
+        else:
+            assert before is not None and after is not None
+            pos = (before + after) / 2
+        diff = tx.update_todo(num, position=pos)
+        return Outcome(todo=tx.todo(num), changed=diff)

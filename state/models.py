@@ -1,0 +1,157 @@
+"""The tables, as SQLModel classes: the schema's single definition.
+
+``events`` is the truth (append-only). ``todos``, ``runs``, ``verifications`` and
+``artifacts`` are projections of it, written in the same transaction as each event.
+``snapshots`` make "state at event N" a seek. ``agent_views`` keep each agent's last
+written list, the base of the three-way merge of its next write. ``run_logs`` holds job
+output by byte offset; logs are data, not events.
+
+JSON columns are TEXT so that SQLite and PostgreSQL hold identical bytes (``db copy``).
+Timestamps are ISO-8601 UTC strings with microseconds and a ``Z``: they sort as text.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+class Migration(SQLModel, table=True):
+    __tablename__ = "migrations"
+    name: str = Field(primary_key=True)
+    applied_at: str
+
+
+class Meta(SQLModel, table=True):
+    __tablename__ = "meta"
+    key: str = Field(primary_key=True)
+    value: str
+
+
+class SessionRow(SQLModel, table=True):
+    __tablename__ = "sessions"
+    id: int = Field(primary_key=True)
+    name: str = Field(sa_column_kwargs={"unique": True}, index=False)
+    created_at: str
+    pipeline: str | None = None
+    parent_id: int | None = Field(default=None, foreign_key="sessions.id")
+    fork_n: int | None = None
+
+
+class EventRow(SQLModel, table=True):
+    __tablename__ = "events"
+    __table_args__ = (
+        UniqueConstraint("session_id", "n", name="uq_events_session_n"),
+        # Each index costs every write a page; these are the ones reads need: a todo's
+        # history, and seeks by event number (the unique constraint). Time seeks scan one
+        # session's events, which are rare and bounded by the session.
+        Index("ix_events_session_todo", "session_id", "todo_id"),
+    )
+    seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    session_id: int = Field(foreign_key="sessions.id")
+    n: int
+    ts: str
+    actor: str
+    kind: str
+    todo_id: int | None = None
+    payload: str = Field(sa_column=Column(Text, nullable=False))
+    ref: str | None = None
+
+
+class TodoRow(SQLModel, table=True):
+    __tablename__ = "todos"
+    session_id: int = Field(foreign_key="sessions.id", primary_key=True)
+    num: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    content: str = Field(sa_column=Column(Text, nullable=False))
+    active_form: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    status: str
+    priority: str
+    position: float
+    stage: str | None = None
+    depends_on: str = "[]"
+    blocked_reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    origin: str
+    created_at: str
+    updated_at: str
+
+
+class RunRow(SQLModel, table=True):
+    __tablename__ = "runs"
+    __table_args__ = (Index("ix_runs_session_todo", "session_id", "todo_id"),)
+    id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    session_id: int = Field(foreign_key="sessions.id")
+    todo_id: int | None = None
+    stage: str | None = None
+    host: str
+    state: str
+    attempt: int
+    command: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    run_dir: str | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    code_hash: str | None = None
+    queued_at: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    result: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class RunLogRow(SQLModel, table=True):
+    __tablename__ = "run_logs"
+    run_id: int = Field(foreign_key="runs.id", primary_key=True)
+    start: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    data: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class VerificationRow(SQLModel, table=True):
+    __tablename__ = "verifications"
+    __table_args__ = (Index("ix_verifications_session_todo", "session_id", "todo_id"),)
+    id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    session_id: int = Field(foreign_key="sessions.id")
+    todo_id: int | None = None
+    run_id: int | None = None
+    kind: str
+    artifact: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    sha256: str | None = None
+    passed: bool
+    verdict: str = Field(sa_column=Column(Text, nullable=False))
+    checks: str = Field(sa_column=Column(Text, nullable=False))
+    metrics: str = Field(sa_column=Column(Text, nullable=False))
+    gate: str = Field(sa_column=Column(Text, nullable=False))
+    created_at: str
+
+
+class ArtifactRow(SQLModel, table=True):
+    __tablename__ = "artifacts"
+    id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    session_id: int = Field(foreign_key="sessions.id")
+    run_id: int | None = None
+    todo_id: int | None = None
+    path: str = Field(sa_column=Column(Text, nullable=False))
+    sha256: str | None = None
+    size: int | None = None
+    kind: str
+    created_at: str
+
+
+class SnapshotRow(SQLModel, table=True):
+    __tablename__ = "snapshots"
+    session_id: int = Field(foreign_key="sessions.id", primary_key=True)
+    n: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    seq: int
+    state: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class AgentViewRow(SQLModel, table=True):
+    __tablename__ = "agent_views"
+    session_id: int = Field(foreign_key="sessions.id", primary_key=True)
+    actor: str = Field(primary_key=True)
+    view: str = Field(sa_column=Column(Text, nullable=False))
+    updated_at: str
+
+
+ALL_TABLES = [
+    Migration, Meta, SessionRow, EventRow, TodoRow, RunRow, RunLogRow, VerificationRow,
+    ArtifactRow, SnapshotRow, AgentViewRow,
+]
