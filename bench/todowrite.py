@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import formats  # noqa: E402
-from harness.agent import todowrite  # noqa: E402
-from state.store import Store  # noqa: E402
+from harness import formats
+from harness.agent import todowrite
+from state.store import Store
 
 ITEMS = 30
 

@@ -76,7 +76,7 @@ def match(current: Mapping[int, TodoState], base: Sequence[ViewItem] | None,
     # changed. Same texts (and ids) at the same places is the strongest evidence there is.
     if base and len(base) == len(items) and all(
             b.content == it.content and b.agent_id == it.agent_id
-            for b, it in zip(base, items)):
+            for b, it in zip(base, items, strict=True)):
         return {i: b.num for i, b in enumerate(base)}
 
     def take(i: int, num: int | None) -> None:

@@ -530,7 +530,7 @@ class Store:
             self._writer_conn = None
             try:
                 raw.invalidate()
-            except Exception:  # noqa: BLE001 - already broken; we only want it gone
+            except Exception:
                 pass
         self._writer_lock.release()
 
