@@ -105,7 +105,10 @@ class Executor(ABC):
 
     @abstractmethod
     def _read(self, path: str, offset: int, limit: int) -> bytes:
-        """Up to ``limit`` bytes of the file at absolute ``path`` from ``offset``."""
+        """Up to ``limit`` bytes of the file at absolute ``path`` from ``offset``.
+
+        Raises FileNotFoundError when there is no such file.
+        """
 
     @abstractmethod
     def put(self, local: str | Path, remote: str) -> str:
@@ -248,8 +251,19 @@ class Executor(ABC):
     def tail(self, handle: JobHandle, offset: int = 0,
              limit: int = 1 << 20) -> tuple[bytes, int]:
         """Log bytes from ``offset`` (at most ``limit``) and the offset to ask for next."""
-        data = self.with_reconnect(lambda: self._read(handle.log_path, offset, limit))
+        try:
+            data = self.with_reconnect(lambda: self._read(handle.log_path, offset, limit))
+        except FileNotFoundError:  # not written yet
+            data = b""
         return data, offset + len(data)
+
+    def read_bytes(self, path: str, limit: int = 64 << 20) -> bytes:
+        """A (small) file from the host, e.g. a stage's result JSON; relative to the workdir."""
+        target = self.resolve(path)
+        try:
+            return self.with_reconnect(lambda: self._read(target, 0, limit))
+        except FileNotFoundError:
+            raise ExecutorError(f"no such file: {target}", where=self.host.name) from None
 
     def cancel(self, handle: JobHandle, *, grace: float = 10.0) -> JobStatus:
         """TERM the job's process group, KILL it after ``grace`` seconds; return its status."""
@@ -284,7 +298,7 @@ class Executor(ABC):
     def _read_text(self, path: str) -> str:
         try:
             data = self.with_reconnect(lambda: self._read(path, 0, 1 << 16))
-        except (OSError, ExecutorError):
+        except (OSError, ExecutorError):  # a description is best effort
             return ""
         return data.decode("utf-8", "replace")
 

@@ -41,12 +41,9 @@ class LocalExecutor(Executor):
         return r.exited, r.stdout, r.stderr
 
     def _read(self, path: str, offset: int, limit: int) -> bytes:
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                return fh.read(limit)
-        except FileNotFoundError:
-            return b""
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read(limit)
 
     def put(self, local: str | Path, remote: str) -> str:
         target = self.resolve(remote)

@@ -2,8 +2,10 @@
 
 A variable is secret when its name (case-insensitive) contains ``TOKEN``, ``SECRET``,
 ``PASSWORD``, ``PASSWD``, ``CREDENTIAL``, ``PRIVATE`` or ``KEY``, or starts with ``AWS_``.
-There are deliberately no exceptions (``AWS_ACCESS_KEY_ID``, ``SSH_KEY_PATH`` are redacted
-too): hiding a harmless value costs a little debugging, showing a secret cannot be undone.
+Matching is deliberately broad (``AWS_ACCESS_KEY_ID``, ``KEY_ID``, ``SSH_KEY_PATH`` are
+redacted too): hiding a harmless value costs a little debugging, showing a secret cannot be
+undone. The one exception is ``TOKENIZERS_*`` (Hugging Face tokenizers settings such as
+``TOKENIZERS_PARALLELISM``), which name no secret and are set in most ML jobs.
 
 The job still receives the real values; only descriptions of it (``Result.command``,
 ``JobHandle.command``, the ``cmd`` file on the host) carry ``***``. Standard library only.
@@ -14,15 +16,19 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["REDACTED", "describe", "is_secret_name", "redact_env", "redact_text"]
+__all__ = ["REDACTED", "describe", "is_secret_name", "redact_env", "redact_text",
+           "secret_values"]
 
 REDACTED = "***"
 _MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "KEY")
 _PREFIXES = ("AWS_",)
+_NOT_SECRET_PREFIXES = ("TOKENIZERS_",)
 
 
 def is_secret_name(name: str) -> bool:
     upper = name.upper()
+    if upper.startswith(_NOT_SECRET_PREFIXES):
+        return False
     return upper.startswith(_PREFIXES) or any(m in upper for m in _MARKERS)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -317,6 +318,9 @@ def _resolve(p: Pipeline, base_dir: Path) -> None:
         else:
             workdir = Path(host.workdir or ".").expanduser()
             host.workdir = str(workdir if workdir.is_absolute() else (base_dir / workdir))
+            if "python" not in host.model_fields_set:
+                # this machine: the harness's own interpreter, not whatever python3 is first
+                host.python = sys.executable
     for stage in p.stages:
         stage.host = stage.host or p.defaults.host
         stage.retries = p.defaults.retries if stage.retries is None else stage.retries

@@ -62,6 +62,7 @@ class SSHExecutor(Executor):
         self.reconnect_budget = reconnect_budget
         self._conn: Connection | None = None
         self._home: str | None = None
+        self._ever_connected = False
 
     # --- connection ----------------------------------------------------------------------
 
@@ -80,6 +81,7 @@ class SSHExecutor(Executor):
             # Notice a silently dead network within a minute instead of hanging on it.
             conn.transport.set_keepalive(15)
         self._conn = conn
+        self._ever_connected = True
         return conn
 
     def _drop(self) -> None:
@@ -93,8 +95,10 @@ class SSHExecutor(Executor):
     def with_reconnect(self, fn: Callable[[], T]) -> T:
         """Run an idempotent ``fn``, reconnecting with backoff while the host is away.
 
-        Backoff doubles from 0.25 s to 5 s within ``reconnect_budget`` seconds; a bad host
-        key or refused credentials fail at once, since waiting will not fix them.
+        Backoff doubles from 0.25 s to 5 s within ``reconnect_budget`` seconds. Only a
+        connection that once worked is waited for: a host that was never reached fails at
+        once (exit 3), and so do a bad host key or refused credentials, which waiting will
+        not fix.
         """
         delay = 0.25
         deadline = time.monotonic() + self.reconnect_budget
@@ -103,7 +107,7 @@ class SSHExecutor(Executor):
                 self._connection()
                 return fn()
             except HostUnreachable as exc:
-                if not exc.retryable:
+                if not (exc.retryable and self._ever_connected):
                     raise
                 last = exc
             self._drop()
@@ -160,7 +164,7 @@ class SSHExecutor(Executor):
                 fh.seek(offset)
                 return fh.read(limit)
         except FileNotFoundError:
-            return b""
+            raise
         except _DROPS as exc:
             if conn.is_connected:
                 raise ExecutorError(f"cannot read {path}: {exc}", where=self.host.name) from None

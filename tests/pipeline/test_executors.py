@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import CommandFailed, CommandTimeout, JobError
+from pipeline.errors import CommandFailed, CommandTimeout, ExecutorError, JobError
 from pipeline.executor import Executor, JobHandle
 
 from .conftest import MakeExecutor, process_alive, wait_for, wait_until
@@ -167,3 +167,13 @@ def test_bad_run_ids_are_refused(executor: Executor) -> None:
     for bad in ["", ".", "..", "a/b", "../escape"]:
         with pytest.raises(JobError, match="bad run id"):
             executor.start_detached(bad, ["true"])
+
+
+def test_read_bytes_and_missing_files(executor: Executor) -> None:
+    (Path(executor.workdir)).mkdir(parents=True, exist_ok=True)
+    (Path(executor.workdir) / "result.json").write_text('{"ok": true}')
+    assert executor.read_bytes("result.json") == b'{"ok": true}'
+    with pytest.raises(ExecutorError, match="no such file"):
+        executor.read_bytes("absent.json")
+    ghost = JobHandle("ghost", "h", f"{executor.workdir}/.harness/runs/ghost", None, "")
+    assert executor.tail(ghost, 0) == (b"", 0)
