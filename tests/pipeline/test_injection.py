@@ -7,6 +7,9 @@ import os
 import sys
 from pathlib import Path
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from pipeline.executor import Executor
 from pipeline.spec import HostSpec, Stage
 
@@ -91,3 +94,19 @@ def test_run_stage_is_shell_by_design_but_only_once(executor: Executor, tmp_path
     result = executor.run(stage.command(HostSpec()))
     assert (Path(executor.workdir) / "done.txt").read_text() == "generated"
     assert result.stdout == "$(no)\n"
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(args=st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",),
+                                                    blacklist_characters="\x00")),
+                     max_size=4),
+       value=st.text(alphabet=st.characters(blacklist_categories=("Cs",),
+                                            blacklist_characters="\x00")))
+def test_any_text_round_trips_locally(tmp_path: Path, args: list[str], value: str) -> None:
+    from pipeline.local import LocalExecutor
+
+    out = tmp_path / "any.json"
+    ex = LocalExecutor(HostSpec(workdir=str(tmp_path)))
+    ex.run([sys.executable, "-c", DUMP, str(out), *args], env={"NASTY_V": value})
+    assert json.loads(out.read_text()) == {"argv": args, "env": {"NASTY_V": value}}

@@ -129,7 +129,7 @@ def test_home_and_tilde_workdir(sshd: SSHServer) -> None:
         assert ex.resolve("~/x") == os.path.join(ex.home(), "x")
 
 
-def test_connect_time_is_not_retried_for_plain_run(ssh_host: HostSpec) -> None:
+def test_run_reconnects_on_the_next_call_after_a_drop(ssh_host: HostSpec) -> None:
     # run() is not idempotent, so it never replays a command after a drop; it just
     # reconnects for the next call.
     with SSHExecutor(ssh_host) as ex:
