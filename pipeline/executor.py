@@ -206,7 +206,7 @@ class Executor(ABC):
         dropped connection for the same reason.
         """
         if isinstance(argv, str):
-            raise TypeError("start_detached takes an argv list; use ['bash', '-lc', text]")
+            raise TypeError("start_detached takes an argv list; use ['bash', '-c', text]")
         argv = list(argv)
         full_env = {**self.host.env, **(env or {})}
         _check_env(full_env)

@@ -171,8 +171,10 @@ class Stage(_Model):
 
         A built-in action is ``python -m <module> --flag value ... --result PATH``: parameters
         are separate argv items, never shell text. A ``run:`` command is the user's own shell
-        text, run by ``bash -lc`` exactly as written; executors quote the argv as a whole
-        when it crosses a shell, so the text reaches bash unchanged and only bash parses it.
+        text, run by ``bash -c`` exactly as written: not a login shell, since profiles are
+        slow and differ between hosts (set PATH and friends with the host's ``env``).
+        Executors quote the argv as a whole when it crosses a shell, so the text reaches bash
+        unchanged and only bash parses it.
         """
         if self.action is not None:
             module = BUILTIN_ACTIONS[self.action]
@@ -180,7 +182,7 @@ class Stage(_Model):
                     "--result", result_path]
         if self.run is None:  # load_spec refuses such a stage; a hand-built one may not
             raise SpecError("has neither `action` nor `run`", where=f"stages ({self.name})")
-        return ["bash", "-lc", self.run]
+        return ["bash", "-c", self.run]
 
     def env_for(self, host: HostSpec, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The job environment: host env, overridden by stage env, overridden by ``extra``."""

@@ -110,7 +110,7 @@ def test_builtin_command_keeps_params_as_argv_items(tmp_path: Path) -> None:
 def test_run_command_is_the_users_text_under_bash(tmp_path: Path) -> None:
     p = load_spec(write(tmp_path, EXAMPLE))
     note = p.stage("note_done")
-    assert note.command(p.host_for(note)) == ["bash", "-lc", 'echo "generated" > done.txt']
+    assert note.command(p.host_for(note)) == ["bash", "-c", 'echo "generated" > done.txt']
     assert note.env_for(p.hosts["gpu"], {"X": "1"}) == {"HF_HOME": "/data/hf", "SEED": "7",
                                                        "X": "1"}
 
