@@ -60,7 +60,9 @@ COUNTERS = {"drafts": DRAFTS, "draft_tokens": DRAFT_TOKENS, "accepted": ACCEPTED
             "per_position": PER_POSITION}
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*\"")
+_LABEL = re.compile(r'[\s,]*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_LABELS_END = re.compile(r"[\s,]*}")
+_ESCAPE = re.compile(r"\\(.)")
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 
 Labels = tuple[tuple[str, str], ...]
@@ -92,42 +94,34 @@ def _float(text: str) -> float:
     return float(text)  # "NaN" is fine for float()
 
 
+def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value
+    return _ESCAPE.sub(lambda m: _ESCAPES.get(m.group(1), "\\" + m.group(1)), value)
+
+
 def _labels(line: str, pos: int) -> tuple[Labels, int]:
     """Parse ``{a="x",b="y"}`` starting at ``line[pos] == "{"``; return labels and the end."""
     out: list[tuple[str, str]] = []
     pos += 1
     while True:
-        while pos < len(line) and line[pos] in " \t,":
-            pos += 1
-        if pos < len(line) and line[pos] == "}":
-            return tuple(sorted(out)), pos + 1
-        m = _LABEL_NAME.match(line, pos)
+        end = _LABELS_END.match(line, pos)
+        if end:
+            return tuple(sorted(out)), end.end()
+        m = _LABEL.match(line, pos)
         if not m:
             raise ValueError(f"bad label at column {pos + 1}")
+        out.append((m.group(1), _unescape(m.group(2))))
         pos = m.end()
-        value: list[str] = []
-        while True:
-            if pos >= len(line):
-                raise ValueError("unterminated label value")
-            ch = line[pos]
-            if ch == "\\" and pos + 1 < len(line):
-                value.append(_ESCAPES.get(line[pos + 1], "\\" + line[pos + 1]))
-                pos += 2
-            elif ch == '"':
-                pos += 1
-                break
-            else:
-                value.append(ch)
-                pos += 1
-        out.append((m.group(1), "".join(value)))
 
 
-def parse_exposition(text: str) -> Exposition:
-    """Every sample in a Prometheus/OpenMetrics text page; unreadable lines are listed."""
+def parse_exposition(text: str, prefix: str = "") -> Exposition:
+    """Every sample in a Prometheus/OpenMetrics text page whose name starts with
+    ``prefix``; unreadable lines (of those) are listed."""
     result = Exposition()
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if not line or line.startswith("#"):
+        if not line or line.startswith("#") or not line.startswith(prefix):
             continue
         try:
             m = _NAME.match(line)
@@ -163,6 +157,7 @@ class SpecSnapshot:
     """The spec-decode counters of one scrape, one mapping of series per counter."""
 
     series: Mapping[str, Mapping[Labels, float]]
+    #: model names seen on the spec-decode series
     model_names: tuple[str, ...] = ()
     skipped: tuple[tuple[int, str], ...] = ()
 
@@ -181,12 +176,12 @@ def spec_snapshot(text: str, model: str | None = None) -> SpecSnapshot:
     """The spec-decode counters in a ``/metrics`` page.
 
     ``model`` keeps only series whose ``model_name`` label is that name (series without
-    the label are kept: older servers do not set it).
+    the label are kept: older servers do not set it). Only spec-decode lines are parsed:
+    a vLLM page is mostly histogram buckets, of no use here.
     """
-    page = parse_exposition(text)
+    page = parse_exposition(text, prefix="vllm:spec_decode_")
     samples = page.samples
-    names = sorted({s.label("model_name") or "" for s in samples if s.name.startswith(
-        "vllm:")} - {""})
+    names = sorted({s.label("model_name") or "" for s in samples} - {""})
     if model is not None:
         samples = [s for s in samples if s.label("model_name") in (None, model)]
     series = {key: _series(samples, base) for key, base in COUNTERS.items()}

@@ -225,9 +225,11 @@ def run(args: argparse.Namespace) -> StageResult:
     draft = read_model(args.draft) if args.draft else None
     result.metrics.update({"target": args.target, "target_model_type": target.model_type,
                            "target_architectures": target.architectures,
+                           "target_bytes": target.weight_bytes,
                            "target_gib": round(target.weight_bytes / GIB, 3)})
     if draft is not None:
         result.metrics.update({"draft": args.draft, "draft_architectures": draft.architectures,
+                               "draft_bytes": draft.weight_bytes,
                                "draft_gib": round(draft.weight_bytes / GIB, 3)})
     print(f"verifier {args.target}: model_type {target.model_type or '?'}, "
           f"{_gib(target.weight_bytes)}" + (f"; drafter {draft.architectures}, "
