@@ -25,7 +25,15 @@ from harness.context import Harness
 from harness.errors import InputError, NoSession, PayloadTooLarge, UsageError
 from harness.merge import view_of
 from harness.render import describe, safe_line
-from state.fold import RUN_FINAL, STATUSES, RunState, SessionState, VerificationState, diff_todo
+from state.fold import (
+    RUN_FINAL,
+    STATUSES,
+    RunState,
+    SessionState,
+    VerificationState,
+    diff_todo,
+    unmet_dependencies,
+)
 from state.models import SessionRow
 
 MAX_LOG_BYTES = 1024 * 1024
@@ -213,6 +221,7 @@ def run_json(r: RunState) -> dict[str, Any]:
     d["id"] = f"r{r.id}"
     d["todo"] = f"t{r.todo_id}" if r.todo_id is not None else None
     del d["todo_id"]
+    d.pop("job", None)  # how to reach the host again: the runner's business, not the agent's
     return d
 
 
@@ -225,24 +234,6 @@ def verification_json(v: VerificationState) -> dict[str, Any]:
     return d
 
 
-def tail_lines(env: ToolEnv, run_id: int, lines: int) -> list[str]:
-    """The last ``lines`` lines of a run's stored log, reading only its end."""
-    if lines <= 0:
-        return []
-    store = env.harness.store
-    end = store.log_end(run_id)
-    window = 4096
-    while True:
-        start = max(0, end - window)
-        data, _ = store.log(run_id, start)
-        got = data.splitlines()
-        if start > 0 and got:
-            got = got[1:]  # the first line may begin before the window
-        if len(got) >= lines or start == 0 or window >= MAX_LOG_BYTES:
-            return got[-lines:]
-        window *= 4
-
-
 def _parse_run(value: Any) -> int:
     text = str(value).strip().lstrip("rR")
     if not text.isdigit():
@@ -251,45 +242,32 @@ def _parse_run(value: Any) -> int:
 
 
 def _pipeline_status(env: ToolEnv, args: dict[str, Any]) -> Answer:
+    from harness.runner import stage_status  # what `harness status` shows, the same way
+
     sess = env.session(args.get("session"))
     store = env.harness.store
     n_lines = args.get("log_lines", DEFAULT_TAIL_LINES)
-    todos = sorted(store.todos(sess.id), key=lambda t: (t.position, t.num))
-    by_num = {t.num: t for t in todos}
+    stages = stage_status(store, sess.id, n_lines)
+    by_num = {t.num: t for t in store.todos(sess.id)}
+    for row in stages:
+        t = by_num.get(uc.parse_id(row["todo"]))
+        row["waiting_on"] = [f"t{d}" for d in unmet_dependencies(t, by_num)] if t else []
     runs = store.runs(sess.id)
-    runs_by_todo: dict[int, list[RunState]] = {}
-    for r in runs:
-        if r.todo_id is not None:
-            runs_by_todo.setdefault(r.todo_id, []).append(r)
-    stages = []
-    for t in todos:
-        if not t.stage:
-            continue
-        mine = runs_by_todo.get(t.num, [])
-        stages.append({**{k: v for k, v in todo_json(t, by_num).items()
-                          if k in ("id", "content", "status", "priority", "stage",
-                                   "waiting_on", "blocked_reason")},
-                       "runs": len(mine),
-                       "last_run": run_json(mine[-1]) if mine else None})
     active = [r for r in runs if r.state not in RUN_FINAL]
-    shown = active or runs[-1:]
-    logs = {f"r{r.id}": tail_lines(env, r.id, n_lines) for r in shown}
     data = {"session": sess.name, "pipeline": sess.pipeline, "stages": stages,
-            "active_runs": [run_json(r) for r in active],
-            "recent_runs": [run_json(r) for r in runs[-5:]], "logs": logs}
+            "active_runs": [run_json(r) for r in active]}
     lines = [f"session {sess.name}" + (f", pipeline {sess.pipeline}" if sess.pipeline else "")]
-    if not stages and not runs:
-        lines.append("no stages bound to todos and no runs yet")
+    if not stages:
+        lines.append("no pipeline stages yet (a person starts them with "
+                     "`harness run PIPELINE.yaml`)")
     for s in stages:
         last = s["last_run"]
-        run_txt = f", last run {last['id']} {last['state']}" if last else ""
+        run_txt = f", last run {last['id']} {last['state']} on {last['host']}" if last else ""
+        waits = f" - waiting on {', '.join(s['waiting_on'])}" if s["waiting_on"] else ""
         extra = f" - blocked: {safe_line(s['blocked_reason'] or '')}" \
             if s["status"] == "blocked" else ""
-        waits = f" - waiting on {', '.join(s['waiting_on'])}" if s["waiting_on"] else ""
-        lines.append(f"stage {s['stage']} ({s['id']}): {s['status']}{run_txt}{waits}{extra}")
-    for rid, tail in logs.items():
-        lines.append(f"--- last {len(tail)} log lines of {rid}")
-        lines.extend(safe_line(x) for x in tail)
+        lines.append(f"stage {s['stage']} ({s['todo']}): {s['status']}{run_txt}{waits}{extra}")
+        lines.extend(f"  | {safe_line(x)}" for x in s["log_tail"])
     return Answer(data, "\n".join(lines) + "\n" + json.dumps(data, indent=2,
                                                              ensure_ascii=False, default=str))
 
@@ -437,8 +415,8 @@ TOOLS: dict[str, ToolSpec] = {t.name: t for t in [
     ToolSpec(
         "pipeline_status", "Pipeline status",
         "Where the pipeline stands: each stage bound to a todo (status, what it waits on, "
-        "why it is blocked, its last run), the runs in flight, and the last log lines of "
-        "those runs (or of the latest run).",
+        "why it is blocked, its last run with host, duration and exit code, and the last "
+        "lines of that run's log), and the runs in flight.",
         _obj({"log_lines": {"type": "integer", "minimum": 0, "maximum": 200,
                             "default": DEFAULT_TAIL_LINES},
               "session": _SESSION}), _pipeline_status),

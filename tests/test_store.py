@@ -30,7 +30,7 @@ def test_schema_matches_models_and_is_recorded(store: Store) -> None:
         assert cols == {c.name for c in table.columns}, table.name
     with store.engine.connect() as conn:
         names = [r[0] for r in conn.exec_driver_sql("SELECT name FROM migrations")]
-    assert names == ["001_baseline"]
+    assert names == ["001_baseline", "002_store_id"]
     assert set(SQLModel.metadata.tables) >= {m.__table__.name for m in ALL_TABLES}
 
 

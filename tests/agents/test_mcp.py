@@ -288,11 +288,15 @@ def test_replay_pipeline_runs_logs_and_verifications(db_path: Path) -> None:
 
     status, status_text, logs, rest, ver, none, at, diff = run(go)
     assert [s["stage"] for s in status["stages"]] == ["train", "verify"]
-    assert status["stages"][1]["status"] == "blocked"
-    assert status["stages"][1]["last_run"]["id"] == "r1"
-    assert status["logs"] == {"r1": ["step 47 loss 0.021", "step 48 loss 0.020",
-                                     "step 49 loss 0.020"]}
-    assert "stage verify (t2): blocked, last run r1 running" in status_text
+    train, verify = status["stages"]
+    assert train["last_run"] is None and train["log_tail"] == []
+    assert verify["status"] == "blocked" and verify["waiting_on"] == ["t1"]
+    assert verify["last_run"]["id"] == "r1" and verify["last_run"]["state"] == "running"
+    assert verify["log_tail"] == ["step 47 loss 0.021", "step 48 loss 0.020",
+                                  "step 49 loss 0.020"]
+    assert [r["id"] for r in status["active_runs"]] == ["r1"]
+    assert "stage verify (t2): blocked, last run r1 running on local - waiting on t1" \
+        in status_text
     assert len(logs["data"].encode()) == 100 and logs["more"] is True
     assert logs["data"] + rest["data"] == log and rest["more"] is False
     assert rest["finished"] is False  # the run is still running
