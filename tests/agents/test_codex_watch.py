@@ -83,8 +83,14 @@ def test_follows_a_rollout_as_it_is_written_and_resumes_after_a_restart(
     day.mkdir(parents=True)
     rollout = day / "rollout-2025-10-01T09-00-00-0199a1b2-c3d4.jsonl"
     proc = start(db_path, root)
+    book = tmp_path / "data" / "watch-codex.json"
     try:
-        time.sleep(0.5)  # the watcher is up before Codex starts writing
+        # The watcher is up (it has recorded the rollouts already there: none) before
+        # Codex starts writing; a rollout there before its first start would be skipped.
+        deadline = time.monotonic() + 60
+        while not book.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "watcher never started"
+            time.sleep(0.05)
         steps = [("Generate synthetic data", "in_progress"), ("Build vocab mapping", "pending")]
         append(rollout, SESSION_META, other_line("2025-10-01T09:00:01.000Z"),
                plan_line("call_1", steps, "2025-10-01T09:00:02.000Z", "starting"))

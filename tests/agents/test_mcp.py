@@ -290,13 +290,13 @@ def test_replay_pipeline_runs_logs_and_verifications(db_path: Path) -> None:
     assert [s["stage"] for s in status["stages"]] == ["train", "verify"]
     train, verify = status["stages"]
     assert train["last_run"] is None and train["log_tail"] == []
-    assert verify["status"] == "blocked" and verify["waiting_on"] == ["t1"]
+    assert verify["status"] == "blocked" and verify["waiting_on"] == []  # t1 is done
     assert verify["last_run"]["id"] == "r1" and verify["last_run"]["state"] == "running"
     assert verify["log_tail"] == ["step 47 loss 0.021", "step 48 loss 0.020",
                                   "step 49 loss 0.020"]
     assert [r["id"] for r in status["active_runs"]] == ["r1"]
-    assert "stage verify (t2): blocked, last run r1 running on local - waiting on t1" \
-        in status_text
+    assert "stage verify (t2): blocked, last run r1 running on local - blocked: " \
+        "acceptance length 1.31 < 2.0" in status_text
     assert len(logs["data"].encode()) == 100 and logs["more"] is True
     assert logs["data"] + rest["data"] == log and rest["more"] is False
     assert rest["finished"] is False  # the run is still running
