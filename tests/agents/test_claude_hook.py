@@ -295,3 +295,18 @@ def test_opencode_event_through_its_hook(db_path: Path, tmp_path: Path) -> None:
 ])
 def test_created_task_id_from_every_response_shape(response: Any, expected: str | None) -> None:
     assert created_task_id(response) == expected
+
+
+def test_hooks_do_not_load_the_mcp_sdk() -> None:
+    """Every agent todo call runs a hook process: it must not pay for the MCP SDK."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    probe = ("import sys, harness.cli.main, harness.claude_hooks, harness.codex_watch; "
+             "print(sorted(m for m in ('mcp', 'mcp_types', 'jsonschema', 'anyio') "
+             "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT)}, check=True)
+    assert out.stdout.strip() == "[]"
