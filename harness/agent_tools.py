@@ -6,8 +6,6 @@ schema for its arguments, and a handler that takes plain JSON arguments and retu
 against the schema (and the payload size limit) before the handler runs, and every
 problem is a :class:`harness.errors.HarnessError` naming the argument, so the server can
 hand it back as a tool error and carry on.
-
-``run_stage`` is not here yet: it arrives with the pipeline runner.
 """
 
 from __future__ import annotations
@@ -272,6 +270,23 @@ def _pipeline_status(env: ToolEnv, args: dict[str, Any]) -> Answer:
                                                              ensure_ascii=False, default=str))
 
 
+def _run_stage(env: ToolEnv, args: dict[str, Any]) -> Answer:
+    from harness.runner import start_stage
+
+    sess = env.session(args.get("session"))
+    store = env.harness.store
+    spec = args.get("pipeline") or store.pipeline_spec(sess.id)
+    if not spec:
+        raise UsageError("this session has no pipeline yet: pass `pipeline` (the spec file "
+                         "a person runs with `harness run`)", where="run_stage")
+    run = start_stage(store, sess.name, spec, args["stage"])
+    data = {"run": f"r{run.id}", "stage": run.stage, "todo": f"t{run.todo_id}",
+            "host": run.host, "state": run.state, "pipeline": spec}
+    return Answer(data, f"started stage {run.stage} as r{run.id} on {run.host} (todo "
+                        f"t{run.todo_id}); follow it with run_logs {{\"run\": \"r{run.id}\"}} "
+                        "and pipeline_status")
+
+
 def _run_logs(env: ToolEnv, args: dict[str, Any]) -> Answer:
     store = env.harness.store
     run_id = _parse_run(args["run"])
@@ -420,6 +435,15 @@ TOOLS: dict[str, ToolSpec] = {t.name: t for t in [
         _obj({"log_lines": {"type": "integer", "minimum": 0, "maximum": 200,
                             "default": DEFAULT_TAIL_LINES},
               "session": _SESSION}), _pipeline_status),
+    ToolSpec(
+        "run_stage", "Start a pipeline stage",
+        "Start one stage of the session's pipeline now, in the background, and get its run "
+        "id at once (the stage's todo goes in_progress; its checks and gate decide whether "
+        "it ends completed or blocked). The stage's dependencies must be completed. "
+        "`pipeline` is the spec file; by default the one this session last ran.",
+        _obj({"stage": {"type": "string", "minLength": 1},
+              "pipeline": {"type": "string", "minLength": 1},
+              "session": _SESSION}, ("stage",)), _run_stage, read_only=False),
     ToolSpec(
         "run_logs", "Read a run's log",
         "A run's log from a byte offset. Call again with `next_offset` to follow it; "

@@ -145,6 +145,8 @@ _SQL: dict[str, str] = {
     "insert_log": "INSERT INTO run_logs (run_id, start, data) VALUES (?, ?, ?) "
                   "ON CONFLICT (run_id, start) DO NOTHING",
     "update_session_pipeline": "UPDATE sessions SET pipeline = ? WHERE id = ?",
+    "upsert_meta": "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+                   "SET value = excluded.value",
 }
 
 
@@ -358,8 +360,12 @@ class Tx:
         """Job output is data, not history: it is stored without an event."""
         self._logs.append((run_id, offset, data))
 
-    def set_session_pipeline(self, pipeline: str) -> None:
+    def set_session_pipeline(self, pipeline: str, spec_path: str | None = None) -> None:
+        """Name the session's pipeline (and remember its spec file, for `run_stage`)."""
         self._cur.execute(self._q["update_session_pipeline"], (pipeline, self.session_id))
+        if spec_path is not None:
+            self._cur.execute(self._q["upsert_meta"],
+                              (f"pipeline_spec:{self.session_id}", spec_path))
 
     # -- agent views (the base of the three-way merge) ----------------------------------
     def agent_view_text(self, actor: str) -> str | None:
@@ -760,6 +766,12 @@ class Store:
         data = "".join(r.data for r in rows)
         end = rows[-1].start + len(rows[-1].data.encode()) if rows else offset
         return data, end
+
+    def pipeline_spec(self, session_id: int) -> str | None:
+        """The spec file the session's pipeline was last run from, if any."""
+        with self._errors(), self.engine.connect() as conn:
+            return conn.execute(text("SELECT value FROM meta WHERE key = :k"),
+                                {"k": f"pipeline_spec:{session_id}"}).scalar()
 
     def log_end(self, run_id: int) -> int:
         """The byte offset just past the run's stored log (0 if none): where a tail starts."""

@@ -12,8 +12,8 @@ from state.store import Store
 from tests.agents.mcp_client import data, error_text, mcp_session
 from tests.conftest import harness_subprocess
 
-EXPECTED_TOOLS = {"todowrite", "todoread", "todo_update", "pipeline_status", "run_logs",
-                  "verification_results", "replay"}
+EXPECTED_TOOLS = {"todowrite", "todoread", "todo_update", "pipeline_status", "run_stage",
+                  "run_logs", "verification_results", "replay"}
 
 OPENCODE = {"todos": [
     {"content": "Generate 10K synthetic samples", "status": "completed", "priority": "high"},
@@ -53,7 +53,7 @@ def test_lists_tools_with_schemas_and_the_todo_resource(db_path: Path) -> None:
             return tools, res, templates
 
     tools, res, templates = run(go)
-    assert {t.name for t in tools} == EXPECTED_TOOLS  # run_stage arrives with the runner
+    assert {t.name for t in tools} == EXPECTED_TOOLS
     for t in tools:
         assert t.description and len(t.description) > 40, t.name
         assert t.input_schema["type"] == "object"
@@ -402,3 +402,49 @@ def test_a_thousand_sequential_calls_do_not_leak_or_slow_down(db_path: Path) -> 
 
     assert p10(times[-100:]) < 3 * p10(times[:100]), (p10(times[:100]), p10(times[-100:]))
     assert rss[1] - rss[0] < 20_000, rss  # kB: a leak of even 20 kB a call would show
+
+
+def test_run_stage_returns_at_once_and_the_run_goes_on(db_path: Path, tmp_path: Path) -> None:
+    gate = tmp_path / "go"
+    spec = tmp_path / "p.yaml"
+    spec.write_text(
+        "pipeline: agent-driven\n"
+        f"hosts: {{local: {{workdir: {tmp_path / 'work'}}}}}\n"
+        "stages:\n"
+        "  - name: prep\n    run: echo prepared\n"
+        "  - name: train\n    needs: [prep]\n"
+        f"    run: while [ ! -e {gate} ]; do sleep 0.05; done; echo trained\n")
+
+    async def go():
+        async with mcp_session(db_path, client="claude-code") as s:
+            no_spec = error_text(await s.call_tool("run_stage", {"stage": "prep"}))
+            first = data(await s.call_tool("run_stage", {"stage": "prep",
+                                                         "pipeline": str(spec)}))
+            for _ in range(200):
+                st = data(await s.call_tool("pipeline_status", {}))
+                if st["stages"][0]["status"] == "completed":
+                    break
+                await anyio.sleep(0.05)
+            started = data(await s.call_tool("run_stage", {"stage": "train"}))
+            running = data(await s.call_tool("pipeline_status", {}))
+            gate.touch()
+            for _ in range(200):
+                logs = data(await s.call_tool("run_logs", {"run": started["run"]}))
+                if logs["finished"]:
+                    break
+                await anyio.sleep(0.05)
+            again = error_text(await s.call_tool("run_stage", {"stage": "train"}))
+            unknown = error_text(await s.call_tool("run_stage", {"stage": "nope"}))
+            return no_spec, first, started, running, logs, again, unknown
+
+    no_spec, first, started, running, logs, again, unknown = run(go)
+    assert "no pipeline yet" in no_spec
+    assert first["stage"] == "prep" and first["run"] == "r1"
+    assert started == {"run": "r2", "stage": "train", "todo": "t2", "host": "local",
+                       "state": started["state"], "pipeline": str(spec)}
+    assert started["state"] in ("queued", "running")
+    assert [r["id"] for r in running["active_runs"]] == ["r2"]
+    assert logs["data"] == "trained\n" and logs["exit_code"] == 0
+    assert "did not start" in again  # completed: nothing left to run
+    assert "no stage named 'nope'" in unknown
+    assert todos(db_path)["train"].status == "completed"
