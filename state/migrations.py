@@ -36,6 +36,12 @@ def _baseline(conn: Connection) -> None:
     SQLModel.metadata.create_all(conn, tables=tables)  # type: ignore[arg-type]
 
 
+@migration("002_import_sources")
+def _import_sources(conn: Connection) -> None:
+    # A database made by 001 from today's models has it already: create only if missing.
+    models.ImportRow.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
