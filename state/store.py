@@ -179,6 +179,15 @@ def _run_values(r: RunState) -> list[Any]:
     return values
 
 
+def _verification_values(v: VerificationState, sid: int) -> tuple[Any, ...]:
+    return (v.id, sid, v.todo_id, v.run_id, v.kind, v.artifact, v.sha256, v.passed, v.verdict,
+            dumps(v.checks), dumps(v.metrics), dumps(v.gate), v.created_at)
+
+
+def _artifact_values(a: ArtifactState, sid: int) -> tuple[Any, ...]:
+    return (a.id, sid, a.run_id, a.todo_id, a.path, a.sha256, a.size, a.kind, a.created_at)
+
+
 class Tx:
     """One write transaction on one session. Create with :meth:`Store.write`."""
 
@@ -381,10 +390,12 @@ class Tx:
         raw = self.agent_view_text(actor)
         return json.loads(raw) if raw else None
 
-    def set_agent_view(self, actor: str, view: Any) -> None:
-        text_ = json.dumps(view, ensure_ascii=False, separators=(",", ":"))
+    def set_agent_view(self, actor: str, view: Any, *, ts: str | None = None) -> None:
+        text_ = view if isinstance(view, str) else json.dumps(view, ensure_ascii=False,
+                                                                separators=(",", ":"))
         self._views[actor] = text_
-        self._cur.execute(self._q["upsert_view"], (self.session_id, actor, text_, utcnow()))
+        self._cur.execute(self._q["upsert_view"], (self.session_id, actor, text_,
+                                                   ts or utcnow()))
 
     # -- flushing ------------------------------------------------------------------------
     def _flush(self) -> None:
@@ -420,13 +431,10 @@ class Tx:
                     self._existing_runs.add(key)
             elif kind == "verification":
                 v = st.verifications[key]
-                cur.execute(q["insert_verification"], (
-                    v.id, sid, v.todo_id, v.run_id, v.kind, v.artifact, v.sha256, v.passed,
-                    v.verdict, dumps(v.checks), dumps(v.metrics), dumps(v.gate), v.created_at))
+                cur.execute(q["insert_verification"], _verification_values(v, sid))
             elif kind == "artifact":
                 a = st.artifacts[key]
-                cur.execute(q["insert_artifact"], (a.id, sid, a.run_id, a.todo_id, a.path,
-                                                   a.sha256, a.size, a.kind, a.created_at))
+                cur.execute(q["insert_artifact"], _artifact_values(a, sid))
         if self._logs:
             cur.executemany(q["insert_log"], self._logs)
         if self._snapshots:
