@@ -135,7 +135,9 @@ _SQL: dict[str, str] = {
                       "AND n <= ? ORDER BY n",
     "insert_snapshot": "INSERT INTO snapshots (session_id, n, seq, state) VALUES (?, ?, ?, ?)",
     "insert_source": "INSERT INTO imports (source_key, session_id, n, imported_at) "
-                     "VALUES (?, ?, ?, ?)",
+                     "VALUES (?, ?, ?, ?) ON CONFLICT (source_key) DO UPDATE SET "
+                     "session_id = excluded.session_id, n = excluded.n, "
+                     "imported_at = excluded.imported_at",
     "get_source": "SELECT session_id, n FROM imports WHERE source_key = ?",
     "get_view": "SELECT view FROM agent_views WHERE session_id = ? AND actor = ?",
     "upsert_view": "INSERT INTO agent_views (session_id, actor, view, updated_at) VALUES "
@@ -475,7 +477,8 @@ class Tx:
         return (row[0], row[1]) if row else None
 
     def record_source(self, key: str) -> None:
-        """Remember that source ``key`` (a transcript's tool-call id) is now imported."""
+        """Remember that source ``key`` (a transcript's tool-call id, an exported session)
+        is imported, up to this session's current event."""
         self._sources.append((key, self.session_id, self.state.n, utcnow()))
         self._source_keys.add(key)
 
@@ -629,9 +632,11 @@ class Store:
     @contextmanager
     def write_new(self, name: str, *, actor: str, pipeline: str | None = None,
                   parent_id: int | None = None, fork_n: int | None = None,
-                  ts: str | None = None, ref: str | None = None) -> Iterator[Tx]:
-        """Create session ``name`` and write to it, in one transaction: a failed import or
-        fork leaves no empty session behind."""
+                  ts: str | None = None, ref: str | None = None,
+                  created_by: str | None = None) -> Iterator[Tx]:
+        """Create session ``name`` and write to it as ``actor``, in one transaction: a
+        failed import or fork leaves no empty session behind. ``created_by`` is the actor
+        of the ``session.created`` event (default ``actor``)."""
         if not name or not name.strip():
             raise InvalidChange("a session needs a name")
         with self._locked() as cur:
@@ -649,7 +654,7 @@ class Store:
             if parent_id is not None:
                 payload["parent_id"] = parent_id
                 payload["fork_n"] = fork_n
-            tx.emit("session.created", payload=payload, ts=created)
+            tx.emit("session.created", payload=payload, ts=created, actor=created_by)
             yield tx
             tx._flush()
         self._todo_cache[sid] = (tx.state.n, tx.state.todos)
@@ -860,6 +865,13 @@ class Store:
             raw = conn.execute(text("SELECT view FROM agent_views WHERE session_id = :s AND "
                                     "actor = :a"), {"s": session_id, "a": actor}).scalar()
         return json.loads(raw) if raw else None
+
+    def agent_views(self, session_id: int) -> list[tuple[str, str, str]]:
+        """(actor, view JSON text, updated_at) for every agent view of the session."""
+        with self._errors(), self.engine.connect() as conn:
+            rows = conn.execute(text("SELECT actor, view, updated_at FROM agent_views WHERE "
+                                     "session_id = :s ORDER BY actor"), {"s": session_id})
+            return [(r[0], r[1], r[2]) for r in rows]
 
     def _full_extras(self, cur: Any, session_id: int) -> tuple[list[VerificationState],
                                                              list[ArtifactState]]:
