@@ -252,13 +252,16 @@ def _print_report(r: ImportReport) -> None:
         new = " (new)" if r.session_created else ""
         click.echo(f"imported {r.path} ({r.format}) into session {r.session}{new}")
         extra = f", {r.already} imported before" if r.already else ""
-        click.echo(f"  {r.imported} {what}{extra} -> {r.events} events, "
-                   f"{_span(r.first_ts, r.last_ts)}")
+        made = "" if r.format == "harness" else f" -> {r.events} events"
+        click.echo(f"  {r.imported} {what}{extra}{made}, {_span(r.first_ts, r.last_ts)}")
     skipped = []
     if r.non_todo:
-        unit = "values" if r.format == "opencode-json" else \
-            "sections" if r.format == "opencode-export" else "lines"
-        skipped.append(f"{r.non_todo} {unit} that are not todo calls")
+        unit = "value" if r.format == "opencode-json" else \
+            "tool call" if r.format == "opencode-export" else "line"
+        plural = "s" if r.non_todo != 1 else ""
+        skipped.append(f"{r.non_todo} {unit}{plural} that {'are' if plural else 'is'} "
+                       "not a todo call" if not plural else
+                       f"{r.non_todo} {unit}s that are not todo calls")
     for reason, count in sorted(r.skipped.items(), key=lambda kv: -kv[1]):
         skipped.append(f"{count} × {reason}")
     if r.malformed_count:

@@ -220,8 +220,8 @@ class ClaudeParser:
         p.result_text = _text(block.get("content"))
         p.result = extra
         if block.get("is_error"):
-            p.error = p.result_text.strip().splitlines()[0] if p.result_text.strip() \
-                else "error"
+            text = re.sub(r"</?tool_use_error>", "", p.result_text).strip()
+            p.error = text.splitlines()[0] if text else "error"
         return True
 
     def _flush(self, force: bool = False) -> Iterator[ParsedItem]:
@@ -237,7 +237,7 @@ class ClaudeParser:
     def _convert(self, p: _Pending) -> ParsedItem | None:
         where = f"{self.where}:{p.line}"
         if p.error is not None:
-            return Skipped(p.line, f"{p.tool} refused by the tool ({p.error[:80]})")
+            return Skipped(p.line, f"{p.tool} refused by the tool ({_cut(p.error)})")
         if p.sidechain and self._main_seen:
             return Skipped(p.line, "a subagent's own todo list (sidechain)")
         ts = p.ts or self.fallback_ts
@@ -354,6 +354,10 @@ def _text(content: Any) -> str:
         return "\n".join(b.get("text", "") for b in content
                          if isinstance(b, dict) and isinstance(b.get("text"), str))
     return ""
+
+
+def _cut(text: str, width: int = 70) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _str(value: Any) -> str | None:

@@ -105,7 +105,8 @@ class CodexParser:
                 ok = out.get("success", True) if isinstance(out, dict) else True
                 if ok is False or (isinstance(text, str) and text.lower().startswith(
                         ("failed to parse", "error"))):
-                    entry[4] = str(text)[:80]
+                    text = str(text)
+                    entry[4] = text if len(text) <= 70 else text[:69] + "…"
                 return
         self.non_todo += 1
 
