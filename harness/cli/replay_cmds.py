@@ -256,12 +256,10 @@ def _print_report(r: ImportReport) -> None:
         click.echo(f"  {r.imported} {what}{extra}{made}, {_span(r.first_ts, r.last_ts)}")
     skipped = []
     if r.non_todo:
-        unit = "value" if r.format == "opencode-json" else \
-            "tool call" if r.format == "opencode-export" else "line"
-        plural = "s" if r.non_todo != 1 else ""
-        skipped.append(f"{r.non_todo} {unit}{plural} that {'are' if plural else 'is'} "
-                       "not a todo call" if not plural else
-                       f"{r.non_todo} {unit}s that are not todo calls")
+        phrase = {"opencode-json": "messages or values without a todo call",
+                  "opencode-export": "other tool calls"}.get(
+            r.format, "lines that are not todo calls")
+        skipped.append(f"{r.non_todo} {phrase}")
     for reason, count in sorted(r.skipped.items(), key=lambda kv: -kv[1]):
         skipped.append(f"{count} × {reason}")
     if r.malformed_count:
