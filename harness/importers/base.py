@@ -95,7 +95,10 @@ def read_lines(fh: IO[bytes]) -> Iterator[tuple[int, bytes | None]]:
                 line = fh.readline(1 << 20)
             yield num, None
             continue
-        yield num, line.rstrip(b"\r\n")
+        # Only copy the line when it ends in a newline to strip (json.loads would not
+        # mind it, but the shape checks and the markdown reader would).
+        yield num, (line[:-2] if line.endswith(b"\r\n") else
+                    line[:-1] if line.endswith(b"\n") else line)
 
 
 def to_ts(value: Any) -> str | None:

@@ -43,7 +43,7 @@ from harness.importers.base import (
 )
 
 TOOLS = frozenset({"TodoWrite", "TaskCreate", "TaskUpdate", "TaskList"})
-_CANDIDATE = re.compile(rb'"(?:TodoWrite|TaskCreate|TaskUpdate|TaskList)"|"newTodos"')
+_MARKERS = (b'"TodoWrite"', b'"TaskCreate"', b'"TaskUpdate"', b'"TaskList"', b'"newTodos"')
 _TASK_NO = re.compile(r"#\s*(\d+)")
 _TASK_LINE = re.compile(r"^\s*#?(\d+)\.?\s*\[([A-Za-z_ ]+)\]\s*(.*?)\s*$")
 _STATUSES = ("pending", "in_progress", "completed")
@@ -80,6 +80,7 @@ class ClaudeParser:
         self.non_todo = 0
         self._last_ts: str | None = None
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
+        self._pending_b: list[bytes] = []  # their ids as bytes, for the line filter
         self._seen: set[str] = set()
         self._main_seen = False
         self._tasks: dict[str, list[Any]] = {}  # id -> [subject, status, activeForm]
@@ -102,11 +103,14 @@ class ClaudeParser:
                 yield item
 
     def _value(self, num: int, raw: bytes) -> tuple[int, Any] | Skipped | None:
-        wanted = (num <= _META_LINES or _CANDIDATE.search(raw) is not None
-                  or (self._pending and any(k.encode() in raw for k in self._pending)))
+        # Substring tests (memchr-fast) decide which lines need a full parse.
+        wanted = (num <= _META_LINES or any(m in raw for m in _MARKERS)
+                  or (self._pending and any(k in raw for k in self._pending_b)))
         if not wanted:
-            body = raw.strip()
-            if not (body.startswith(b"{") and body.endswith(b"}")):
+            if not (raw[:1] == b"{" and raw.rstrip(b" \t\r")[-1:] == b"}"):
+                if raw.strip()[:1] == b"{" and raw.strip()[-1:] == b"}":
+                    self.non_todo += 1  # indented, but whole
+                    return None
                 return Skipped(num, "truncated or not a JSON object", True)
             self.non_todo += 1
             return None
@@ -197,6 +201,7 @@ class ClaudeParser:
                     self._seen.add(bid)
                     self._pending[bid] = _Pending(num, ts or self._last_ts, block["name"],
                                                   bid, block.get("input"), sidechain)
+                    self._pending_b = [k.encode() for k in self._pending]
                 elif btype == "tool_result":
                     found |= self._result(num, obj, block, ts)
         if not found:
@@ -230,6 +235,7 @@ class ClaudeParser:
             if not (head.done or force or len(self._pending) > _MAX_PENDING):
                 return
             del self._pending[head.id]
+            self._pending_b = [k.encode() for k in self._pending]
             item = self._convert(head)
             if item is not None:
                 yield item

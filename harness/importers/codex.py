@@ -16,7 +16,6 @@ full; the others are checked for shape.
 from __future__ import annotations
 
 import json
-import re
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import IO, Any
@@ -25,7 +24,6 @@ from harness.errors import InputError
 from harness.formats import parse
 from harness.importers.base import Call, Item, Skipped, SourceInfo, json_error, read_lines, to_ts
 
-_CANDIDATE = re.compile(rb'"update_plan"')
 _META_LINES = 20
 _MAX_PENDING = 64
 
@@ -53,7 +51,7 @@ class CodexParser:
             body = raw.strip()
             if not body:
                 continue
-            wanted = (num <= _META_LINES or _CANDIDATE.search(raw) is not None
+            wanted = (num <= _META_LINES or b'"update_plan"' in raw
                       or (self._pending and any(k.encode() in raw for k in self._pending)))
             if not wanted:
                 if not (body.startswith(b"{") and body.endswith(b"}")):
