@@ -96,6 +96,8 @@ class RunRow(SQLModel, table=True):
     started_at: str | None = None
     ended_at: str | None = None
     result: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    job: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    owner: str | None = None
 
 
 class RunLogRow(SQLModel, table=True):

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime, timezone
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -98,6 +99,7 @@ _TODO_COLS = ("num", "content", "active_form", "status", "priority", "position",
               "depends_on", "blocked_reason", "origin", "created_at", "updated_at")
 _RUN_COLS = tuple(f.name for f in fields(RunState))
 _EVENT_COLS = "seq, session_id, n, ts, actor, kind, todo_id, payload, ref"
+_RUN_JSON = ("result", "job")
 
 _SQL: dict[str, str] = {
     "max_seq": "SELECT seq FROM events ORDER BY seq DESC LIMIT 1",
@@ -150,7 +152,9 @@ _SQL: dict[str, str] = {
     "max_id_runs": "SELECT id FROM runs ORDER BY id DESC LIMIT 1",
     "max_id_verifications": "SELECT id FROM verifications ORDER BY id DESC LIMIT 1",
     "max_id_artifacts": "SELECT id FROM artifacts ORDER BY id DESC LIMIT 1",
-    "insert_log": "INSERT INTO run_logs (run_id, start, data) VALUES (?, ?, ?)",
+    # A second watcher re-reading the same bytes must not fail the write.
+    "insert_log": "INSERT INTO run_logs (run_id, start, data) VALUES (?, ?, ?) "
+                  "ON CONFLICT (run_id, start) DO NOTHING",
     "update_session_pipeline": "UPDATE sessions SET pipeline = ? WHERE id = ?",
 }
 
@@ -170,14 +174,17 @@ def _todo_values(t: TodoState) -> list[Any]:
 
 
 def _run_from_row(row: Sequence[Any]) -> RunState:
-    data = dict(zip(_RUN_COLS, row, strict=False))
-    data["result"] = json.loads(data["result"]) if data["result"] else None
+    data = dict(zip(_RUN_COLS, row, strict=True))
+    for name in _RUN_JSON:
+        data[name] = json.loads(data[name]) if data[name] else None
     return RunState(**data)
 
 
 def _run_values(r: RunState) -> list[Any]:
     values = [getattr(r, c) for c in _RUN_COLS]
-    values[_RUN_COLS.index("result")] = dumps(r.result) if r.result is not None else None
+    for name in _RUN_JSON:
+        i = _RUN_COLS.index(name)
+        values[i] = dumps(values[i]) if values[i] is not None else None
     return values
 
 
@@ -239,21 +246,23 @@ class Tx:
         self._start_n = n
         self._existing_todos = set(todos)
 
-    def _load_runs(self) -> None:
+    def load_runs(self) -> dict[int, RunState]:
+        """The session's runs (loaded once per transaction, on first use)."""
         if self._runs_loaded:
-            return
+            return self.state.runs
         self._cur.execute(self._q["load_runs"], (self.session_id,))
         for row in self._cur.fetchall():
             run = _run_from_row(row)
             self.state.runs[run.id] = run
         self._existing_runs = set(self.state.runs)
         self._runs_loaded = True
+        return self.state.runs
 
     # -- emitting ------------------------------------------------------------------------
     def emit(self, kind: str, *, todo_id: int | None = None, payload: dict[str, Any] | None = None,
              ts: str | None = None, ref: str | None = None, actor: str | None = None) -> Event:
         if kind.startswith("run."):
-            self._load_runs()
+            self.load_runs()
         self._seq += 1
         ev = Event(seq=self._seq, session_id=self.session_id, n=self.state.n + 1,
                    ts=ts or utcnow(), actor=actor or self.actor, kind=kind, todo_id=todo_id,
@@ -350,7 +359,7 @@ class Tx:
         return self.state.runs[rid]
 
     def update_run(self, run_id: int, **changes: Any) -> dict[str, list[Any]]:
-        self._load_runs()
+        self.load_runs()
         run = self.state.runs.get(run_id)
         if run is None:
             raise NotFound(f"unknown run r{run_id}")
@@ -458,7 +467,7 @@ class Tx:
         self._sources = []
 
     def _snapshot(self) -> None:
-        self._load_runs()
+        self.load_runs()
         st = self.state
         # Verifications and artifacts are append-only; read them whole for the snapshot
         # (those emitted in this transaction are in the state already).
@@ -526,6 +535,13 @@ class Store:
             store.close()
             raise
         return store
+
+    @cached_property
+    def store_id(self) -> str:
+        """This store's random id (migration ``002_store_id``)."""
+        with self._errors(), self.engine.connect() as conn:
+            return str(conn.execute(text("SELECT value FROM meta WHERE key = 'store_id'"))
+                       .scalar_one())
 
     def close(self) -> None:
         if self._writer_conn is not None:
@@ -936,7 +952,8 @@ def _event_from_model(r: EventRow) -> Event:
 
 def _run_from_model(r: RunRow) -> RunState:
     data = {c: getattr(r, c) for c in _RUN_COLS}
-    data["result"] = json.loads(r.result) if r.result else None
+    for name in _RUN_JSON:
+        data[name] = json.loads(data[name]) if data[name] else None
     return RunState(**data)
 
 

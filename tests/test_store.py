@@ -32,7 +32,7 @@ def test_schema_matches_models_and_is_recorded(store: Store) -> None:
     with store.engine.connect() as conn:
         names = [r[0] for r in conn.exec_driver_sql("SELECT name FROM migrations")]
     assert names == [name for name, _ in migrations.MIGRATIONS]
-    assert names[:2] == ["001_baseline", "002_import_sources"]
+    assert names[:3] == ["001_baseline", "002_store_id", "003_import_sources"]
     assert set(SQLModel.metadata.tables) >= {m.__table__.name for m in ALL_TABLES}
 
 
