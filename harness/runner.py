@@ -29,6 +29,7 @@ from harness.render import safe_line
 from pipeline.actions import StageResult
 from pipeline.errors import ExecutorError, HostUnreachable, JobError, PipelineError
 from pipeline.executor import Executor, JobHandle, JobStatus, executor_for
+from pipeline.redact import secret_values
 from pipeline.ship import code_env, ensure_shipped, package_hash
 from pipeline.spec import HostSpec, Pipeline, Stage
 from state.fold import PRIORITY_RANK, RUN_FINAL, RunState, TodoState, unmet_dependencies
@@ -143,6 +144,10 @@ class Runner:
         self.scope = self._scope(only, until)
         self._executors: dict[str, Executor] = {}
         self._shipped: dict[str, str] = {}
+        # Values of secret-named variables in any host or stage env: masked in stored logs.
+        self._secrets = sorted({v for env in [*(h.env for h in spec.hosts.values()),
+                                              *(st.env for st in spec.stages)]
+                                for v in secret_values(env)}, key=len, reverse=True)
 
     # -- set-up ----------------------------------------------------------------------------
     def _scope(self, only: str | None, until: str | None) -> list[str]:
@@ -375,7 +380,7 @@ class Runner:
             return offset, b"", None
         # Store whole UTF-8 characters only, so byte offsets and text agree.
         cut = len(data) if final else _utf8_boundary(data)
-        text = data[:cut].decode("utf-8", errors="replace")
+        text = _mask(data[:cut].decode("utf-8", errors="replace"), self._secrets)
         return offset + cut, data[cut:], (offset, text) if text else None
 
     def _flush_log(self, run_id: int, chunks: Iterable[tuple[int, str]]) -> None:
@@ -582,6 +587,15 @@ def _stage(spec: Pipeline, name: str) -> Stage:
     except KeyError:
         raise UsageError(f"no stage named {name!r} in {spec.name} (stages: "
                          f"{', '.join(s.name for s in spec.stages)})") from None
+
+
+def _mask(text: str, secrets: Iterable[str]) -> str:
+    """Secret values in job output become asterisks of the same byte length, so stored
+    offsets still match the host's log."""
+    for value in secrets:
+        if len(value) >= 4 and value in text:
+            text = text.replace(value, "*" * len(value.encode()))
+    return text
 
 
 def _utf8_boundary(data: bytes) -> int:

@@ -523,14 +523,19 @@ class Store:
         store = cls(url)
         try:
             with store._errors(), store.engine.begin() as conn:
-                if migrate:
-                    migrations.upgrade(conn, store.where)
-                else:
-                    todo = migrations.pending(conn, store.where)
-                    if todo:
-                        raise StoreError(
-                            f"database needs {len(todo)} migration(s)", where=store.where,
-                            hint="run `harness db upgrade`")
+                todo = migrations.pending(conn, store.where)
+                if todo and not migrate:
+                    raise StoreError(
+                        f"database needs {len(todo)} migration(s)", where=store.where,
+                        hint="run `harness db upgrade`")
+            if todo:
+                # Migrate holding the write lock from the start: two processes opening a
+                # new store at once would otherwise both read "no tables", and the second
+                # to write fails at once (busy_timeout does not help a reader that writes).
+                with store._errors(), store.engine.connect() as conn:
+                    conn = conn.execution_options(write_lock=True)
+                    with conn.begin():
+                        migrations.upgrade(conn, store.where)
         except BaseException:
             store.close()
             raise
@@ -854,6 +859,13 @@ class Store:
         data = "".join(r.data for r in rows)
         end = rows[-1].start + len(rows[-1].data.encode()) if rows else offset
         return data, end
+
+    def log_end(self, run_id: int) -> int:
+        """The byte offset just past the run's stored log (0 if none): where a tail starts."""
+        with self._orm() as s:
+            last = s.exec(select(RunLogRow).where(RunLogRow.run_id == run_id)
+                          .order_by(col(RunLogRow.start).desc()).limit(1)).first()
+        return last.start + len(last.data.encode()) if last is not None else 0
 
     def verifications(self, session_id: int | None = None, *,
                       todo_id: int | None = None) -> list[VerificationState]:

@@ -81,6 +81,8 @@ class SSHServer:
         self.known_hosts = root / "known_hosts"
         self.log = root / "sshd.log"
         self.config = root / "sshd_config"
+        self.home = root / "home"
+        self.home.mkdir(exist_ok=True)
         host_pub = keygen(self.host_key)
         user_pub = keygen(self.user_key)
         (root / "authorized_keys").write_text(user_pub + "\n")
@@ -104,6 +106,11 @@ class SSHServer:
             "MaxSessions 50",
             "PrintMotd no",
             "LogLevel VERBOSE",
+            # Sessions get a fresh, empty home: a test host must not run this machine's
+            # own shell profile (here root's ~/.bashrc runs `pyenv rehash`, whose lock file
+            # is left behind whenever a test kills a shell mid-rehash, and then every later
+            # login waits 60 s for it).
+            f"SetEnv HOME={self.home}",
         ]
         if _sshd_version() >= (9, 8):
             # refused connections in the tests would otherwise get 127.0.0.1 penalised

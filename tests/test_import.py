@@ -75,7 +75,7 @@ def test_claude_code_transcript_imports_exactly(store: Store) -> None:
     for call in calls:
         if call["id"] in by_ref:
             assert by_ref[call["id"]] == normalize_ts(call["ts"])
-    assert {e.actor for e in store.events(sid)} == {"import", "agent:claude"}
+    assert {e.actor for e in store.events(sid)} == {"import", "agent:claude-code"}
     assert {t.origin for t in store.todos(sid)} == {"agent"}
     # The session starts at the transcript's first time.
     assert store.events(sid)[0].ts == normalize_ts("2025-11-21T11:37:13.127Z")

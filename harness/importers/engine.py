@@ -7,7 +7,8 @@ leaves the store exactly as it was, and a session it would have created does not
 Files are independent: ``harness import a b`` commits ``a`` even if ``b`` then fails.
 
 **The same events as live.** Each call goes through :func:`harness.agent.apply_write`,
-the merge a live ``todowrite`` uses, as ``agent:<name>`` with the call's original time
+the merge a live ``todowrite`` uses, as the live hooks' actor (``agent:claude-code``, ``agent:opencode``,
+``agent:codex``) with the call's original time
 and its tool-call id in ``ref``. The agent never read our answer, so its next write is
 compared with what it sent (``sees_response=False``), as for hooks.
 
@@ -30,7 +31,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from harness.agent import agent_actor, apply_write
+from harness.agent import apply_write
+from harness.claude_hooks import ACTOR as CLAUDE_ACTOR
+from harness.codex_watch import ACTOR as CODEX_ACTOR
 from harness.errors import InputError
 from harness.importers import harness_jsonl
 from harness.importers.base import (
@@ -55,8 +58,10 @@ Progress = Callable[[int, int], None]
 
 _PREFIX = {"claude-code": "claude", "claude-stream": "claude", "opencode-export": "opencode",
            "opencode-json": "opencode", "codex": "codex"}
-_AGENT = {"claude-code": "claude", "claude-stream": "claude", "opencode-export": "opencode",
-          "opencode-json": "opencode", "codex": "codex"}
+# The actors the live hooks use, so an imported session and a live one are one agent.
+_AGENT = {"claude-code": CLAUDE_ACTOR, "claude-stream": CLAUDE_ACTOR,
+          "opencode-export": "agent:opencode", "opencode-json": "agent:opencode",
+          "codex": CODEX_ACTOR}
 
 
 def _parser(fmt: str, fh: IO[bytes], where: str, fallback_ts: str) -> Any:
@@ -164,7 +169,7 @@ def _apply_calls(store: Store, parser: Any, path: Path, report: ImportReport, *,
                         row = store.session_by_id(seen[0])
                         report.already_in = row.name if row else str(seen[0])
                     continue
-                actor = agent_actor(_AGENT[parser.fmt], item.write.caps)
+                actor = _AGENT[parser.fmt]
                 tx = stack.enter_context(_open(store, parser, path, report, session, actor,
                                                item))
             elif tx.source_seen(item.key) is not None:
