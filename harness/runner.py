@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError, UsageError
+from harness.paths import data_dir
 from harness.render import safe_line
 from harness.services import service_of, service_stopped, stop_service, stop_services
 from pipeline.actions import StageResult
 from pipeline.errors import ExecutorError, HostUnreachable, JobError, PipelineError
 from pipeline.executor import Executor, JobHandle, JobStatus, executor_for
+from pipeline.redact import secret_values
 from pipeline.ship import code_env, ensure_shipped, package_hash
 from pipeline.spec import HostSpec, Pipeline, Stage
 from state.fold import PRIORITY_RANK, RUN_FINAL, RunState, TodoState, unmet_dependencies
@@ -144,6 +146,10 @@ class Runner:
         self.scope = self._scope(only, until)
         self._executors: dict[str, Executor] = {}
         self._shipped: dict[str, str] = {}
+        # Values of secret-named variables in any host or stage env: masked in stored logs.
+        self._secrets = sorted({v for env in [*(h.env for h in spec.hosts.values()),
+                                              *(st.env for st in spec.stages)]
+                                for v in secret_values(env)}, key=len, reverse=True)
 
     # -- set-up ----------------------------------------------------------------------------
     def _scope(self, only: str | None, until: str | None) -> list[str]:
@@ -169,7 +175,8 @@ class Runner:
     def ensure_todos(self) -> dict[str, int]:
         """One todo per stage, created once; a person's edits to them are kept."""
         with self.store.write(self.sid, RUNNER) as tx:
-            tx.set_session_pipeline(self.spec.name)
+            tx.set_session_pipeline(self.spec.name,
+                                    str(self.spec.path) if self.spec.path else None)
             by_stage = {t.stage: t.num for t in tx.state.todos.values() if t.stage}
             for stage in self.spec.order():
                 if stage.name in by_stage:
@@ -417,7 +424,7 @@ class Runner:
             return offset, b"", None
         # Store whole UTF-8 characters only, so byte offsets and text agree.
         cut = len(data) if final else _utf8_boundary(data)
-        text = data[:cut].decode("utf-8", errors="replace")
+        text = _mask(data[:cut].decode("utf-8", errors="replace"), self._secrets)
         return offset + cut, data[cut:], (offset, text) if text else None
 
     def _flush_log(self, run_id: int, chunks: Iterable[tuple[int, str]]) -> None:
@@ -638,6 +645,15 @@ def _stage(spec: Pipeline, name: str) -> Stage:
                          f"{', '.join(s.name for s in spec.stages)})") from None
 
 
+def _mask(text: str, secrets: Iterable[str]) -> str:
+    """Secret values in job output become asterisks of the same byte length, so stored
+    offsets still match the host's log."""
+    for value in secrets:
+        if len(value) >= 4 and value in text:
+            text = text.replace(value, "*" * len(value.encode()))
+    return text
+
+
 def _utf8_boundary(data: bytes) -> int:
     """The length of the longest prefix of ``data`` that ends on a character boundary."""
     for back in range(1, min(4, len(data)) + 1):
@@ -711,3 +727,41 @@ def stage_status(store: Store, session_id: int, log_lines: int = 3) -> list[dict
             row["log_tail"] = text.splitlines()[-log_lines:] if log_lines else []
         out.append(row)
     return out
+
+
+def start_stage(store: Store, session_name: str, spec_path: str, stage: str, *,
+                wait: float = 20.0) -> RunState:
+    """Start one stage in the background (``harness run SPEC --only STAGE``, detached from
+    the caller) and return its run as soon as it is recorded. For agents: the call returns
+    at once, the run goes on, and ``harness logs``/``run_logs`` follow it."""
+    import subprocess
+    import sys
+
+    from pipeline.spec import load_spec
+
+    spec = load_spec(spec_path)
+    _stage(spec, stage)
+    sess = store.session_by_name(session_name)
+    before = max((r.id for r in store.runs()), default=0)
+    log_dir = data_dir() / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"run-stage-{os.getpid()}-{int(time.time() * 1000)}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness", "--db", store.url, "--session", session_name,
+             "run", str(Path(spec_path).resolve()), "--only", stage, "--quiet"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        runs = [r for r in store.runs(sess.id if sess else None)
+                if r.id > before and r.stage == stage]
+        if runs:
+            return runs[0]
+        if proc.poll() is not None:
+            said = " ".join(log_path.read_text(errors="replace").split())[-400:]
+            raise HarnessError(f"stage {stage} did not start: {said or 'no output'}",
+                               where=spec_path)
+        time.sleep(0.1)
+    raise HarnessError(f"stage {stage} was not recorded within {wait:g}s (the runner is "
+                       f"still going; its output: {log_path})", where=spec_path)

@@ -47,6 +47,12 @@ def _store_id(conn: Connection) -> None:
                      {"v": uuid.uuid4().hex})
 
 
+@migration("003_import_sources")
+def _import_sources(conn: Connection) -> None:
+    # A database made by 001 from today's models has it already: create only if missing.
+    models.ImportRow.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 

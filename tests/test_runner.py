@@ -281,6 +281,20 @@ def test_cancel_from_another_process(tmp_path: Path, db_path: Path) -> None:
     store.close()
 
 
+def test_secrets_are_masked_in_stored_logs(tmp_path: Path, store: Store) -> None:
+    spec = write_spec(tmp_path / "p.yaml", [
+        {"name": "leaky", "run": 'echo "token is $HF_TOKEN"; echo after',
+         "env": {"HF_TOKEN": "hf_s3cr3t_value"}}])
+    runner = make_runner(store, spec)
+    runner.run()
+    run = store.runs(runner.sid)[0]
+    log, end = store.log(run.id)
+    assert log == "token is " + "*" * len("hf_s3cr3t_value") + "\nafter\n"
+    assert end == len(log.encode())  # offsets still match the host's log
+    assert "hf_s3cr3t_value" not in (run.command or "")
+    assert not any("hf_s3cr3t_value" in line for line in runner.lines)
+
+
 def test_status_logs_and_dry_run_through_the_cli(tmp_path: Path, cli) -> None:
     spec = write_spec(tmp_path / "p.yaml", [
         {"name": "one", "todo": "Say $(touch pwned) hello", "run": "echo one; echo two"}])
