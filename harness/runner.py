@@ -222,19 +222,21 @@ class Runner:
 
     def _revive_services(self) -> None:
         """A completed stage whose server the harness has since stopped runs again when a
-        stage that needs it is still to run (a re-run after a blocked benchmark)."""
+        stage in scope that needs it is still to run (a re-run after a blocked benchmark,
+        or ``--only benchmark``): its todo goes back to pending, and into the scope."""
         latest: dict[str, RunState] = {}
         for r in self.store.runs(self.sid):
             if r.state == "succeeded" and r.stage:
                 latest[r.stage] = r
+        revived: set[str] = set()
         with self.store.write(self.sid, RUNNER) as tx:
             by_stage = {t.stage: t for t in tx.state.todos.values() if t.stage}
-            for name in self.scope:
-                t, r = by_stage.get(name), latest.get(name)
+            for stage in self.spec.order():
+                t, r = by_stage.get(stage.name), latest.get(stage.name)
                 if t is None or r is None or t.status != "completed" \
                         or service_of(r) is None or not service_stopped(r):
                     continue
-                waiting = [s for s in self.scope if name in self.spec.stage(s).needs
+                waiting = [s for s in self.scope if stage.name in self.spec.stage(s).needs
                            and s in by_stage and by_stage[s].status in ("pending",
                                                                          "in_progress")]
                 if not waiting:
@@ -243,7 +245,11 @@ class Runner:
                 note = (f"its server (r{r.id}) was stopped when an earlier run ended; "
                         f"starting it again for {', '.join(waiting)}")
                 tx.emit("todo.noted", todo_id=t.num, payload={"text": note})
-                self.out(f"[{name}] t{t.num} {note}")
+                self.out(f"[{stage.name}] t{t.num} {note}")
+                revived.add(stage.name)
+        if revived - set(self.scope):
+            wanted = set(self.scope) | revived
+            self.scope = [s.name for s in self.spec.order() if s.name in wanted]
 
     def close(self) -> None:
         for ex in self._executors.values():
