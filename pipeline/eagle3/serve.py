@@ -142,9 +142,11 @@ def run(args: argparse.Namespace) -> StageResult:
                               + (f" by {owner}" if owner else ""),
                               hint="choose another `port`, or stop that server (one the "
                                    "harness started stops with `harness cancel RUN`)")
+    # a relative directory would read as a model id ("export/drafter") once it leaves here
+    local = lambda p: str(Path(p).resolve()) if p and Path(p).is_dir() else p  # noqa: E731
     argv = serve_argv(
-        args.command, args.target, port=args.port, host=args.host,
-        draft=args.draft if speculative else None,
+        args.command, local(args.target), port=args.port, host=args.host,
+        draft=local(args.draft) if speculative else None,
         num_speculative_tokens=args.num_speculative_tokens,
         draft_tensor_parallel_size=args.draft_tensor_parallel_size,
         tensor_parallel_size=args.tensor_parallel_size, max_model_len=args.max_model_len,
