@@ -87,9 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
 class _LogPump:
     """Copies the server's log file to stdout as it grows; keeps its lines."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, offset: int = 0):
         self.path = path
-        self.offset = 0
+        self.offset = offset
         self.partial = b""
         self.lines: list[str] = []
 
@@ -160,25 +160,31 @@ def run(args: argparse.Namespace) -> StageResult:
     url = f"http://{_connect_host(args.host)}:{args.port}"
     print(f"starting: {shlex.join(argv)}", flush=True)
     print(f"server log: {log_path}", flush=True)
-    with open(log_path, "ab") as log_fh:
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fh,
-                                    stderr=subprocess.STDOUT, start_new_session=True,
-                                    env={**os.environ, **{k: str(v) for k, v in
-                                                          args.env.items()}})
-        except OSError as exc:
-            raise ActionError(f"cannot start {argv[0]}: {exc.strerror or exc}",
-                              hint="is vLLM installed in this host's environment? "
-                                   "set the stage's `command` to its executable") from None
-    pgid = proc.pid  # start_new_session: the server leads its own session and group
-    record = ServiceRecord(url=url, pid=proc.pid, pgid=pgid,
-                           start_time=process_start_time(proc.pid), port=args.port,
-                           log=str(log_path), keep=bool(args.keep))
-    pump = _LogPump(log_path)
+    # SIGTERM (a cancelled or timed-out stage) must not leave a half-started server: from
+    # here on it raises, and whatever was started is stopped below.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    proc: subprocess.Popen[bytes] | None = None
+    pump: _LogPump | None = None
+    leader_start: str | None = None
     ready = False
     started = time.monotonic()
-    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
+        start_at = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "ab") as log_fh:
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fh,
+                                        stderr=subprocess.STDOUT, start_new_session=True,
+                                        env={**os.environ, **{k: str(v) for k, v in
+                                                              args.env.items()}})
+            except OSError as exc:
+                raise ActionError(f"cannot start {argv[0]}: {exc.strerror or exc}",
+                                  hint="is vLLM installed in this host's environment? set "
+                                       "the stage's `command` to its executable") from None
+        # start_new_session: the server leads its own session and process group
+        leader_start = process_start_time(proc.pid)
+        record = ServiceRecord(url=url, pid=proc.pid, pgid=proc.pid, start_time=leader_start,
+                               port=args.port, log=str(log_path), keep=bool(args.keep))
+        pump = _LogPump(log_path, start_at)
         model, health = _wait_ready(proc, url, pump, args.health_timeout)
         ready = True
     except KeyboardInterrupt:
@@ -186,13 +192,14 @@ def run(args: argparse.Namespace) -> StageResult:
             from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if not ready:
-            pump.pump(final=True)
-            how = stop_group(pgid, args.stop_grace, record.start_time)
+        if proc is not None and not ready:
+            if pump is not None:
+                pump.pump(final=True)
+            how = stop_group(proc.pid, args.stop_grace, leader_start)
             proc.poll()
-            print(f"server process group {pgid}: {how}", flush=True)
+            print(f"server process group {proc.pid}: {how}", flush=True)
     startup = time.monotonic() - started
-    pump.pump()
+    pump.pump()  # type: ignore[union-attr]  # set whenever ready
     result.metrics = {
         "service": record.to_json(), "url": url, "model": model,
         "startup_s": round(startup, 3), "speculative": speculative,
@@ -205,8 +212,9 @@ def run(args: argparse.Namespace) -> StageResult:
     result.check("model_listed", True, value=model, message="/v1/models lists it")
     life = "kept after the pipeline run (keep: true)" if args.keep else \
         "stopped when the pipeline run ends"
-    result.summary = (f"serving {model} at {url} ({'EAGLE-3, k=' + str(args.num_speculative_tokens) if speculative else 'no speculation'}), "
-                      f"pid {proc.pid}, up in {startup:.1f}s; {life}")
+    how = f"EAGLE-3, k={args.num_speculative_tokens}" if speculative else "no speculation"
+    result.summary = (f"serving {model} at {url} ({how}), pid {record.pid}, up in "
+                      f"{startup:.1f}s; {life}")
     return result
 
 

@@ -2,8 +2,9 @@
 
 
 class _Registry:
-    models = {"LlamaForCausalLM": None, "Qwen3ForCausalLM": None,
-              "Eagle3LlamaForCausalLM": None, "EagleLlamaForCausalLM": None}
+    def __init__(self):
+        self.models = {"LlamaForCausalLM": None, "Qwen3ForCausalLM": None,
+                       "Eagle3LlamaForCausalLM": None, "EagleLlamaForCausalLM": None}
 
     def get_supported_archs(self):
         return self.models.keys()
