@@ -27,6 +27,7 @@ from typing import Any
 from harness.errors import HarnessError, UsageError
 from harness.paths import data_dir
 from harness.render import safe_line
+from harness.services import service_of, service_stopped, stop_service, stop_services
 from pipeline.actions import StageResult
 from pipeline.errors import ExecutorError, HostUnreachable, JobError, PipelineError
 from pipeline.executor import Executor, JobHandle, JobStatus, executor_for
@@ -196,6 +197,7 @@ class Runner:
         try:
             for run in self._orphans():
                 report.outcomes.append(self._follow_existing(run))
+            self._revive_services()
             while True:
                 picked = self._pick()
                 if picked is None:
@@ -204,9 +206,50 @@ class Runner:
                 outcome = self._execute(stage, todo, run)
                 report.outcomes.append(outcome)
         finally:
+            # Servers that stages left running end with the pipeline run: after the last
+            # stage, on a failure, and on Ctrl-C (KeyboardInterrupt passes through here).
+            self._stop_services()
             self.close()
         self._summarise(report)
         return report
+
+    def _stop_services(self) -> None:
+        try:
+            stop_services(self.store, self.sid, executor=self._executor,
+                          stages={s.name for s in self.spec.stages}, out=self.out)
+        except Exception as exc:  # never mask how the run itself ended
+            self.out(f"[services] could not stop servers: {exc}")
+
+    def _revive_services(self) -> None:
+        """A completed stage whose server the harness has since stopped runs again when a
+        stage in scope that needs it is still to run (a re-run after a blocked benchmark,
+        or ``--only benchmark``): its todo goes back to pending, and into the scope."""
+        latest: dict[str, RunState] = {}
+        for r in self.store.runs(self.sid):
+            if r.state == "succeeded" and r.stage:
+                latest[r.stage] = r
+        revived: set[str] = set()
+        with self.store.write(self.sid, RUNNER) as tx:
+            by_stage = {t.stage: t for t in tx.state.todos.values() if t.stage}
+            for stage in self.spec.order():
+                t, r = by_stage.get(stage.name), latest.get(stage.name)
+                if t is None or r is None or t.status != "completed" \
+                        or service_of(r) is None or not service_stopped(r):
+                    continue
+                waiting = [s for s in self.scope if stage.name in self.spec.stage(s).needs
+                           and s in by_stage and by_stage[s].status in ("pending",
+                                                                         "in_progress")]
+                if not waiting:
+                    continue
+                tx.update_todo(t.num, status="pending")
+                note = (f"its server (r{r.id}) was stopped when an earlier run ended; "
+                        f"starting it again for {', '.join(waiting)}")
+                tx.emit("todo.noted", todo_id=t.num, payload={"text": note})
+                self.out(f"[{stage.name}] t{t.num} {note}")
+                revived.add(stage.name)
+        if revived - set(self.scope):
+            wanted = set(self.scope) | revived
+            self.scope = [s.name for s in self.spec.order() if s.name in wanted]
 
     def close(self) -> None:
         for ex in self._executors.values():
@@ -327,7 +370,10 @@ class Runner:
             self.out(f"[{host.name}] pipeline code {digest[:12]} "
                      f"{'shipped' if shipped else 'already there'}")
         digest = self._shipped[host.name]
-        return digest, {**env, **code_env(ex.workdir, digest)}
+        code = code_env(ex.workdir, digest)
+        if env.get("PYTHONPATH"):  # the host's own path (e.g. its packages) after ours
+            code["PYTHONPATH"] += ":" + env["PYTHONPATH"]
+        return digest, {**env, **code}
 
     def _watch(self, stage: Stage, todo: int, run_id: int, ex: Executor, handle: JobHandle,
                timeout: float | None) -> Outcome:
@@ -358,8 +404,10 @@ class Runner:
             if timeout is not None and time.monotonic() - started > timeout:
                 ex.cancel(handle)
                 self._flush_log(run_id, buffered)
+                result = self._result(ex, handle) if stage.is_builtin else None
                 return self._end(stage, todo, run_id, "failed", None,
-                                 f"timed out after {timeout:g}s; the job was cancelled")
+                                 f"timed out after {timeout:g}s; the job was cancelled"
+                                 + self._partial(result), result)
             time.sleep(self.poll_interval)
         # Whatever the job wrote after our last read.
         while True:
@@ -415,10 +463,15 @@ class Runner:
                              "job lost: its process vanished without an exit code "
                              "(host rebooted, or the process was killed)")
         if status.state == "cancelled":
+            result = self._result(ex, handle) if stage.is_builtin else None
             return self._end(stage, todo, run_id, "cancelled", status.exit_code,
-                             f"run r{run_id} was cancelled")
+                             f"run r{run_id} was cancelled" + self._partial(result), result)
         result = self._result(ex, handle) if stage.is_builtin else None
-        if status.exit_code != 0:
+        # An action that ran to the end but whose own checks failed exits 1 too; its
+        # checks are the reason, and they are evidence worth a verification row.
+        checked = result is not None and result.error is None and \
+            any(not c.passed for c in result.checks)
+        if status.exit_code != 0 and not checked:
             last = self._last_error_line(run_id)
             why = f"exit code {status.exit_code}"
             if result is not None and result.error:
@@ -445,9 +498,16 @@ class Runner:
             problems.append("gate failed: " + "; ".join(gate_lines))
         self._record_verification(stage, todo, run_id, result, gate_ok, gate_lines)
         if problems:
-            return self._end(stage, todo, run_id, "failed", 0, "; ".join(problems), result)
+            return self._end(stage, todo, run_id, "failed", status.exit_code,
+                             "; ".join(problems), result)
         note = "; ".join(gate_lines) if stage.gate else (result.summary if result else "")
         return self._end(stage, todo, run_id, "succeeded", 0, note or None, result)
+
+    @staticmethod
+    def _partial(result: StageResult | None) -> str:
+        """What an interrupted action still reported (e.g. a benchmark's partial figures)."""
+        return f"; the action said: {result.error}" if result is not None and result.error \
+            else ""
 
     def _result(self, ex: Executor, handle: JobHandle) -> StageResult | None:
         try:
@@ -615,9 +675,15 @@ def _utf8_boundary(data: bytes) -> int:
 # -- outside the loop: cancel, status --------------------------------------------------------
 
 def cancel_run(store: Store, run_id: int, *, actor: str = "human") -> RunState:
-    """Kill a run's process group on its host and record it cancelled."""
+    """Kill a run's process group on its host and record it cancelled. A finished run
+    that left a server running (a serve stage, maybe with ``keep: true``) has that server
+    stopped instead."""
     sid, run = store.run(run_id)
     if run.state in RUN_FINAL:
+        record = service_of(run)
+        if record is not None and run.job and not service_stopped(run):
+            stop_service(store, sid, run, record, actor=actor)
+            _sid, run = store.run(run_id)
         return run
     if run.job:
         host = HostSpec(**run.job["host"])

@@ -78,8 +78,9 @@ def run_cmd(spec_path: Path, only: str | None, until: str | None, overrides: tup
     try:
         report = runner.run()
     except KeyboardInterrupt:
-        raise Interrupted("stopped watching; jobs keep running on their hosts: run again to "
-                          "re-attach, or `harness cancel RUN` to stop one") from None
+        raise Interrupted("stopped watching; jobs keep running on their hosts (servers that "
+                          "stages started were stopped): run again to re-attach, or "
+                          "`harness cancel RUN` to stop one") from None
     if not report.ok:
         raise click.exceptions.Exit(EXIT_ERROR)
 
@@ -159,7 +160,9 @@ def cancel_run_cmd(run_id: str) -> None:
     """`harness cancel rN`: stop a run on its host (see todo_cmds' `cancel`)."""
     h = harness()
     run = cancel_run(h.store, parse_run_id(run_id))
-    click.echo(f"r{run.id} {run.state}")
+    stopped = ((run.job or {}).get("service") or {})
+    extra = f"; its server {stopped.get('how')}" if stopped.get("state") == "stopped" else ""
+    click.echo(f"r{run.id} {run.state}{extra}")
 
 
 def register(cli: click.Group) -> None:

@@ -186,7 +186,8 @@ _cancel_todo = _status_command("cancel", "cancelled", "Cancel todo ID.")
 @common_options
 def cancel(ident: str) -> None:
     """Cancel todo ID (t12: kept, shown as cancelled), or stop run RUN (r12: kill its
-    process group on its host, record it cancelled, block its todo)."""
+    process group on its host, record it cancelled, block its todo; for a finished serve
+    run, stop the server it left running)."""
     if ident.strip().lower().startswith("r"):
         cancel_run_cmd(ident)
         return
