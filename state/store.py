@@ -23,17 +23,19 @@ from dataclasses import fields
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlmodel import Session as OrmSession
 from sqlmodel import col, func, select
 
 from state import migrations
 from state.engine import (
+    WRITE_OPTION,
     display_url,
     is_sqlite,
     make_engine,
     normalize_url,
+    notify_sql,
     paramstyle_sql,
     write_lock_sql,
 )
@@ -52,6 +54,7 @@ from state.fold import (
     apply,
 )
 from state.models import (
+    ALL_TABLES,
     ArtifactRow,
     EventRow,
     RunLogRow,
@@ -61,6 +64,7 @@ from state.models import (
     TodoRow,
     VerificationRow,
 )
+from state.watch import Watch
 
 # Snapshot a session's state every this many events (chosen by bench/replay.py).
 SNAPSHOT_EVERY = 256
@@ -93,6 +97,27 @@ def normalize_ts(value: str | float | int | datetime) -> str:
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def nul_at(obj: Any, path: str = "") -> str | None:
+    """Where a NUL character hides in ``obj`` (a dotted path), or None.
+
+    PostgreSQL's TEXT cannot hold NUL, so no backend may store one: a store must copy
+    between SQLite and PostgreSQL without loss, and behave the same on both.
+    """
+    if isinstance(obj, str):
+        return (path or "text") if "\x00" in obj else None
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            found = nul_at(v, f"{path}.{k}" if path else str(k))
+            if found:
+                return found
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            found = nul_at(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
 
 
 _TODO_COLS = ("num", "content", "active_form", "status", "priority", "position", "stage",
@@ -188,6 +213,7 @@ class Tx:
         self._logs: list[tuple[int, int, str]] = []
         self._existing_todos: set[int] = set()
         self._existing_runs: set[int] = set()
+        self._wrote = False  # a write that is not an event (agent view, session pipeline)
         self._load()
 
     # -- loading -------------------------------------------------------------------------
@@ -230,6 +256,11 @@ class Tx:
              ts: str | None = None, ref: str | None = None, actor: str | None = None) -> Event:
         if kind.startswith("run."):
             self._load_runs()
+        bad = nul_at(payload) if payload else None
+        bad = bad or nul_at({"actor": actor or self.actor, "ref": ref})
+        if bad:
+            raise InvalidChange(f"{kind}: {bad} contains a NUL character, which the store "
+                                "cannot keep (PostgreSQL's text has no NUL)")
         self._seq += 1
         ev = Event(seq=self._seq, session_id=self.session_id, n=self.state.n + 1,
                    ts=ts or utcnow(), actor=actor or self.actor, kind=kind, todo_id=todo_id,
@@ -346,10 +377,15 @@ class Tx:
         return self.state.artifacts[aid]
 
     def append_log(self, run_id: int, offset: int, data: str) -> None:
-        """Job output is data, not history: it is stored without an event."""
-        self._logs.append((run_id, offset, data))
+        """Job output is data, not history: it is stored without an event.
+
+        NUL bytes become SUB (0x1A, ASCII's "substitute"): one byte for one, so byte
+        offsets stay true, and PostgreSQL can store the text.
+        """
+        self._logs.append((run_id, offset, data.replace("\x00", "\x1a")))
 
     def set_session_pipeline(self, pipeline: str) -> None:
+        self._wrote = True
         self._cur.execute(self._q["update_session_pipeline"], (pipeline, self.session_id))
 
     # -- agent views (the base of the three-way merge) ----------------------------------
@@ -366,15 +402,23 @@ class Tx:
     def set_agent_view(self, actor: str, view: Any) -> None:
         text_ = json.dumps(view, ensure_ascii=False, separators=(",", ":"))
         self._views[actor] = text_
+        self._wrote = True
         self._cur.execute(self._q["upsert_view"], (self.session_id, actor, text_, utcnow()))
 
     # -- flushing ------------------------------------------------------------------------
     def _flush(self) -> None:
+        if self.events:
+            self._flush_events()
+        if self._logs:
+            self._cur.executemany(self._q["insert_log"], self._logs)
+        if self.events and self.state.n // SNAPSHOT_EVERY > self._start_n // SNAPSHOT_EVERY:
+            self._snapshot()
+        notify = self.store._notify
+        if notify and (self.events or self._logs or self._wrote):
+            self._cur.execute(notify, (str(self._seq),))
+
+    def _flush_events(self) -> None:
         q, cur, sid = self._q, self._cur, self.session_id
-        if not self.events:
-            if self._logs:
-                cur.executemany(q["insert_log"], self._logs)
-            return
         cur.executemany(q["insert_event"], [
             (e.seq, e.session_id, e.n, e.ts, e.actor, e.kind, e.todo_id, dumps(e.payload), e.ref)
             for e in self.events])
@@ -403,16 +447,12 @@ class Tx:
             elif kind == "verification":
                 v = st.verifications[key]
                 cur.execute(q["insert_verification"], (
-                    v.id, sid, v.todo_id, v.run_id, v.kind, v.artifact, v.sha256, v.passed,
+                    v.id, sid, v.todo_id, v.run_id, v.kind, v.artifact, v.sha256, bool(v.passed),
                     v.verdict, dumps(v.checks), dumps(v.metrics), dumps(v.gate), v.created_at))
             elif kind == "artifact":
                 a = st.artifacts[key]
                 cur.execute(q["insert_artifact"], (a.id, sid, a.run_id, a.todo_id, a.path,
                                                    a.sha256, a.size, a.kind, a.created_at))
-        if self._logs:
-            cur.executemany(q["insert_log"], self._logs)
-        if st.n // SNAPSHOT_EVERY > self._start_n // SNAPSHOT_EVERY:
-            self._snapshot()
 
     def _snapshot(self) -> None:
         self._load_runs()
@@ -445,29 +485,73 @@ class Store:
         self.engine: Engine = make_engine(self.url)
         self.dialect = self.engine.dialect.name
         self._q = {name: paramstyle_sql(sql, self.dialect) for name, sql in _SQL.items()}
+        self._notify = notify_sql(self.dialect)
         # session id -> (last event number, todos) as of this process's last commit there.
         self._todo_cache: dict[int, tuple[int, dict[int, TodoState]]] = {}
         self._writer_conn: Any = None
         self._writer_lock = threading.Lock()
-        self._dbapi_error: type[BaseException] = self.engine.dialect.dbapi.Error  # type: ignore[union-attr]
+        dbapi = self.engine.dialect.dbapi
+        self._dbapi_error: type[BaseException] = dbapi.Error  # type: ignore[union-attr]
+        self._operational: type[BaseException] = dbapi.OperationalError  # type: ignore[union-attr]
 
     @classmethod
-    def open(cls, url: str, *, migrate: bool = True) -> Store:
+    def open(cls, url: str, *, migrate: bool = True, check: bool = True) -> Store:
+        """Open the store at ``url`` (a SQLite path or an SQLAlchemy URL).
+
+        ``migrate``: apply pending migrations (under the write lock); else refuse a store
+        that needs them. ``check=False`` looks at nothing (``harness db info``/``upgrade``).
+        A store with a migration this code does not know is always refused when checked.
+        """
         store = cls(url)
         try:
-            with store._errors(), store.engine.begin() as conn:
-                if migrate:
-                    migrations.upgrade(conn, store.where)
-                else:
-                    todo = migrations.pending(conn, store.where)
-                    if todo:
-                        raise StoreError(
-                            f"database needs {len(todo)} migration(s)", where=store.where,
-                            hint="run `harness db upgrade`")
+            if check:
+                todo = store.pending_migrations()
+                if todo and migrate:
+                    store.upgrade()
+                elif todo:
+                    raise StoreError(
+                        f"database needs {len(todo)} migration(s)", where=store.where,
+                        hint="run `harness db upgrade`")
         except BaseException:
             store.close()
             raise
         return store
+
+    # -- schema ---------------------------------------------------------------------------
+    def applied_migrations(self) -> list[str]:
+        with self._errors(), self.engine.connect() as conn:
+            return migrations.applied(conn)
+
+    def pending_migrations(self) -> list[str]:
+        """Names of the migrations this store still needs (raises if it is too new)."""
+        with self._errors(), self.engine.connect() as conn:
+            return [name for name, _ in migrations.pending(conn, self.where)]
+
+    def upgrade(self) -> list[str]:
+        """Apply pending migrations in one transaction under the write lock, so that two
+        harnesses opening a fresh store at once do not both create it."""
+        with self.locked() as conn:
+            return migrations.upgrade(conn, self.where)
+
+    @contextmanager
+    def locked(self) -> Iterator[Connection]:
+        """A Core connection in a transaction that holds the store's write lock.
+
+        For whole-store work (migrations, ``db copy``); everyday writes use :meth:`write`.
+        Commits on normal exit, rolls back on an exception.
+        """
+        with self._errors(), self.engine.connect() as conn:
+            conn.execution_options(**{WRITE_OPTION: True})
+            with conn.begin():
+                yield conn
+
+    def table_counts(self) -> dict[str, int]:
+        """Rows per table, for every table of the schema that exists here."""
+        with self._errors(), self.engine.connect() as conn:
+            have = set(inspect(conn).get_table_names())
+            return {m.__tablename__: conn.execute(  # type: ignore[attr-defined]
+                        select(func.count()).select_from(m.__table__)).scalar_one()  # type: ignore[attr-defined]
+                    for m in ALL_TABLES if m.__tablename__ in have}  # type: ignore[attr-defined]
 
     def close(self) -> None:
         if self._writer_conn is not None:
@@ -493,13 +577,18 @@ class Store:
             orig = getattr(exc, "orig", exc)
             msg = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
             low = msg.lower()
-            if "locked" in low or "busy" in low:
+            if "locked" in low or "busy" in low or "lock timeout" in low:
                 raise StoreUnavailable(
                     "database is locked by another process", where=self.where,
                     hint="wait for it to finish, or raise HARNESS_BUSY_TIMEOUT_MS") from None
             if "not a database" in low or "malformed" in low:
                 raise StoreUnavailable(f"not a harness store ({msg})", where=self.where) from None
-            if isinstance(exc, OperationalError) or "unable to open" in low or "connect" in low:
+            if "permission denied" in low or "must be owner" in low:
+                raise StoreError(f"not allowed ({msg})", where=self.where,
+                                 hint="this database user may not make that change; "
+                                      "see docs/teams.md on roles") from None
+            if (isinstance(exc, OperationalError) or isinstance(orig, self._operational)
+                    or "unable to open" in low or "connect" in low):
                 raise StoreUnavailable(f"cannot use the database ({msg})",
                                        where=self.where) from None
             raise StoreError(f"database error ({msg})", where=self.where) from None
@@ -534,15 +623,43 @@ class Store:
                 pass
         self._writer_lock.release()
 
+    def _begin_write(self) -> tuple[Any, bool, Any]:
+        """(connection, kept, cursor) with the write lock taken.
+
+        The kept connection may have been dropped by the server while idle (a restart, an
+        idle timeout): nothing is written yet, so take a fresh one and try once more.
+        """
+        raw, kept = self._writer()
+        cur = raw.cursor()
+        try:
+            cur.execute(write_lock_sql(self.dialect))
+            return raw, kept, cur
+        except self._dbapi_error as exc:
+            dropped = self.engine.dialect.is_disconnect(exc, raw.dbapi_connection, cur)
+            if not dropped:
+                try:
+                    raw.rollback()
+                except self._dbapi_error:
+                    dropped = True
+            self._release(raw, kept, dropped)
+            if not (kept and dropped):
+                raise
+        raw, kept = self._writer()
+        try:
+            cur = raw.cursor()
+            cur.execute(write_lock_sql(self.dialect))
+        except BaseException:
+            self._release(raw, kept, True)
+            raise
+        return raw, kept, cur
+
     @contextmanager
     def write(self, session_id: int, actor: str, *, ref: str | None = None) -> Iterator[Tx]:
         with self._errors():
-            raw, kept = self._writer()
+            raw, kept, cur = self._begin_write()
             broken = False
             try:
-                cur = raw.cursor()
                 sqlite = self.dialect == "sqlite"
-                cur.execute(write_lock_sql(self.dialect))
                 try:
                     tx = Tx(self, cur, session_id, actor, ref)
                     yield tx
@@ -569,6 +686,8 @@ class Store:
                        ts: str | None = None) -> int:
         if not name or not name.strip():
             raise InvalidChange("a session needs a name")
+        if nul_at(name) or nul_at(pipeline):
+            raise InvalidChange("a session name contains a NUL character")
         with self._errors():
             raw = self.engine.raw_connection()
             try:
@@ -786,11 +905,19 @@ class Store:
         return verifs, arts
 
     # -- change detection ------------------------------------------------------------------
-    def change_token(self, conn: Any) -> Any:
-        """Cheap "did anything change?" on a long-lived connection the caller owns.
+    def watch(self) -> Watch:
+        """A :class:`state.watch.Watch` on its own connection: ``changed()`` says whether
+        anything was committed since it was last asked (LISTEN/NOTIFY on PostgreSQL,
+        ``PRAGMA data_version`` on SQLite). Close it when done."""
+        return Watch(self.engine)
 
-        SQLite: ``PRAGMA data_version``, which moves when another connection commits.
-        PostgreSQL: the highest event sequence number.
+    def change_token(self, conn: Any) -> Any:
+        """A value that moves when another connection commits, read on ``conn``.
+
+        SQLite: ``PRAGMA data_version``. PostgreSQL: the highest event sequence number (an
+        index seek; it does not see run-log appends, which write no event). Prefer
+        :meth:`watch`, which sees every write and needs no query on PostgreSQL. End
+        ``conn``'s transaction after each call: an open one pins SQLite's snapshot.
         """
         if is_sqlite(self.url):
             return conn.exec_driver_sql("PRAGMA data_version").scalar()

@@ -34,6 +34,7 @@ def test_schema_matches_models_and_is_recorded(store: Store) -> None:
     assert set(SQLModel.metadata.tables) >= {m.__table__.name for m in ALL_TABLES}
 
 
+@pytest.mark.sqlite
 def test_sqlite_pragmas_on_every_connection(store: Store) -> None:
     for _ in range(3):
         with store.engine.connect() as conn:
