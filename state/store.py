@@ -589,8 +589,10 @@ class Store:
                                       "see docs/teams.md on roles") from None
             if (isinstance(exc, OperationalError) or isinstance(orig, self._operational)
                     or "unable to open" in low or "connect" in low):
+                hint = ("create it first (createdb; see docs/teams.md)"
+                        if "database" in low and "does not exist" in low else None)
                 raise StoreUnavailable(f"cannot use the database ({msg})",
-                                       where=self.where) from None
+                                       where=self.where, hint=hint) from None
             raise StoreError(f"database error ({msg})", where=self.where) from None
 
     # -- writing ------------------------------------------------------------------------
