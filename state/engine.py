@@ -70,6 +70,13 @@ def sqlite_path(url: str) -> Path | None:
     return Path(db) if db else None
 
 
+def public_url(url: str) -> str:
+    """The URL with any password masked: safe to print, log, or key a config file by."""
+    if is_sqlite(url):
+        return url
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def display_url(url: str) -> str:
     """For messages: the file path for SQLite, the URL without password otherwise."""
     path = sqlite_path(url)

@@ -309,3 +309,14 @@ def test_roles_decide_who_may_write_what(pg_url: str, pg_cluster: PgCluster) -> 
             tx.queue_run(todo_id=None, host="local")
         assert agent.last_n(sid) == n
         assert [t.content for t in agent.todos(sid)] == ["set up by the owner", "agent work"]
+
+
+def test_password_is_never_printed_or_saved(pg_url: str, tmp_path: Path) -> None:
+    url = pg_url.replace("harness@", "harness:s3cret-pw@")
+    assert run_cli(["--db", url, "session", "new", "campaign"]).code == 0
+    where = run_cli(["--db", url, "where", "--json"])
+    assert where.code == 0 and json.loads(where.out)["session"] == "campaign"
+    info = run_cli(["--db", url, "db", "info"])
+    saved = (tmp_path / "config" / "sessions.json").read_text()
+    for text_ in (where.out, info.out, saved):
+        assert "s3cret-pw" not in text_ and "127.0.0.1" in text_
