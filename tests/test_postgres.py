@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, text
 
 from harness import todos
 from state.engine import PG_WRITE_LOCK_KEY
+from state.errors import StoreError
 from state.fold import SessionState, apply
 from state.store import Store
 from tests.conftest import ROOT, run_cli
@@ -269,46 +270,75 @@ def _within(check: Callable[[], bool], polls: int) -> bool:
     return False
 
 
-ROLES = """
-CREATE ROLE {db}_reader LOGIN;
-CREATE ROLE {db}_agent LOGIN;
-GRANT CONNECT ON DATABASE {db} TO {db}_reader, {db}_agent;
-GRANT USAGE ON SCHEMA public TO {db}_reader, {db}_agent;
-GRANT SELECT ON ALL TABLES IN SCHEMA public TO {db}_reader, {db}_agent;
-GRANT INSERT ON events, snapshots TO {db}_agent;
-GRANT INSERT, UPDATE, DELETE ON todos, agent_views TO {db}_agent;
-"""
+def grants_from_docs(dbname: str) -> list[str]:
+    """The SQL between `-- begin grants` and `-- end grants` in docs/teams.md."""
+    doc = (ROOT / "docs" / "teams.md").read_text()
+    block = doc.split("-- begin grants\n", 1)[1].split("-- end grants", 1)[0]
+    return [stmt.strip().replace(" campaign ", f" {dbname} ")
+            for stmt in block.split(";") if stmt.strip()]
 
 
 def test_roles_decide_who_may_write_what(pg_url: str, pg_cluster: PgCluster) -> None:
-    """The grants of docs/teams.md: a watcher reads; an agent writes todos, not runs."""
+    """The grants of docs/teams.md: a watcher reads; an agent changes the todo list but
+    not runs; a writer does everything but rewrite history."""
     with Store.open(pg_url) as owner:
         sid = owner.create_session("default", actor="human")
         todos.add(owner, sid, "set up by the owner")
     db = pg_url.rsplit("/", 1)[1]
-    for stmt in ROLES.format(db=db).strip().split(";\n"):
+    for stmt in grants_from_docs(db):
         pg_cluster.sql(stmt, dbname=db)
-    as_reader = pg_url.replace("harness@", f"{db}_reader@")
-    as_agent = pg_url.replace("harness@", f"{db}_agent@")
+    for user, group in (("watcher", "harness_read"), ("bot", "harness_agent"),
+                        ("alice", "harness_write")):
+        pg_cluster.sql(f"CREATE ROLE {user} LOGIN IN ROLE {group}", dbname=db)
+    as_ = {u: pg_url.replace("harness@", f"{u}@") for u in ("watcher", "bot", "alice")}
 
-    listing = run_cli(["--db", as_reader, "list", "--json"])
+    listing = run_cli(["--db", as_["watcher"], "list", "--json"])
     assert listing.code == 0, listing.err
     assert [t["content"] for t in json.loads(listing.out)] == ["set up by the owner"]
-    r = run_cli(["--db", as_reader, "add", "sneaky"])
+    r = run_cli(["--db", as_["watcher"], "add", "sneaky"])
     assert r.code == 1 and "not allowed" in r.err and "docs/teams.md" in r.err
     assert len(r.err.strip().splitlines()) == 1
 
-    r = run_cli(["--db", as_agent, "todowrite"],
+    r = run_cli(["--db", as_["bot"], "todowrite"],
                 '{"todos":[{"content":"agent work","status":"in_progress"}]}')
     assert r.code == 0, r.err
-    with Store.open(as_agent) as agent:
+    assert run_cli(["--db", as_["bot"], "session", "new", "mine"]).code == 1
+    with Store.open(as_["bot"]) as agent:
         # A run is a projection the agent may not write: the whole transaction goes.
         n = agent.last_n(sid)
-        with pytest.raises(Exception, match="not allowed"), agent.write(sid, "agent:x") as tx:
+        with pytest.raises(StoreError, match="not allowed"), \
+                agent.write(sid, "agent:x") as tx:
             tx.create_todo("with a run")
             tx.queue_run(todo_id=None, host="local")
         assert agent.last_n(sid) == n
         assert [t.content for t in agent.todos(sid)] == ["set up by the owner", "agent work"]
+
+    with Store.open(as_["alice"]) as alice:
+        new = alice.create_session("alice's", actor="human")
+        with alice.write(new, "runner") as tx:
+            t = tx.create_todo("train")
+            run = tx.queue_run(todo_id=t.num, host="gpu")
+            tx.update_run(run.id, state="succeeded", exit_code=0)
+            tx.append_log(run.id, 0, "done\n")
+            tx.record_artifact(todo_id=t.num, run_id=run.id, path="/m", size=3, kind="file")
+            tx.record_verification(todo_id=t.num, run_id=run.id, kind="checkpoint",
+                                   passed=True, verdict="ok", checks=[], metrics={}, gate={})
+            tx.set_session_pipeline("eagle3.yaml")
+        assert [r.state for r in alice.runs(new)] == ["succeeded"]
+    with psycopg.connect(as_["alice"].replace("+psycopg", "")) as conn:
+        for stmt in ("DELETE FROM events", "UPDATE events SET actor = 'nobody'",
+                     "DELETE FROM snapshots"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(stmt)
+            conn.rollback()
+
+
+def test_user_who_may_not_migrate_is_told_who_can(pg_cluster: PgCluster) -> None:
+    url = pg_cluster.create_database()
+    pg_cluster.sql("CREATE ROLE latecomer LOGIN")
+    r = run_cli(["--db", url.replace("harness@", "latecomer@"), "list"])
+    assert r.code == 1, r.err
+    assert "needs 1 migration" in r.err and "harness db upgrade" in r.err
 
 
 def test_password_is_never_printed_or_saved(pg_url: str, tmp_path: Path) -> None:
