@@ -17,6 +17,7 @@ Use it in a bench::
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -26,6 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+def _raise_interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def add_db_args(ap: argparse.ArgumentParser) -> None:
@@ -45,6 +50,9 @@ def bench_db(args: argparse.Namespace, name: str) -> Iterator[str]:
         from tests import pg  # the test fixture's cluster: initdb + pg_ctl, no root
 
         settings = dict(kv.split("=", 1) for kv in args.pg_set)
+        # A server outlives a killed client: turn SIGTERM (timeout, kill) into an
+        # exception, so that the `finally` below stops it.
+        signal.signal(signal.SIGTERM, _raise_interrupt)
         cluster = pg.start(settings)
         try:
             shown = ", ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"

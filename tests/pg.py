@@ -27,14 +27,21 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import psycopg
+from typing import Any
 
 SUPERUSER = "harness"
 
 
 class PgUnavailable(RuntimeError):
     """PostgreSQL could not be started here; the message says why."""
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise PgUnavailable("psycopg is not installed (pip install 'psycopg[binary]')") from None
+    return psycopg
 
 
 def find_bindir() -> Path:
@@ -100,7 +107,7 @@ class PgCluster:
 
     def sql(self, statement: str, dbname: str = "postgres") -> list[tuple]:
         """Run one statement in autocommit as the superuser (CREATE DATABASE needs that)."""
-        with psycopg.connect(self.conninfo(dbname), autocommit=True) as conn:
+        with _psycopg().connect(self.conninfo(dbname), autocommit=True) as conn:
             cur = conn.execute(statement)  # type: ignore[arg-type]
             return cur.fetchall() if cur.description else []
 
@@ -129,13 +136,14 @@ def _pg_ctl(c: PgCluster, *args: str) -> subprocess.CompletedProcess:
 
 def start(settings: dict[str, str] | None = None, tries: int = 3) -> PgCluster:
     """initdb + pg_ctl start a cluster; raise PgUnavailable with the reason if it cannot."""
+    _psycopg()
     external = os.environ.get("HARNESS_TEST_PG_URL")
     if external:
         c = PgCluster(root=Path("/nonexistent"), port=0, bindir=Path(), user=None,
                       external=external)
         try:
             c.sql("SELECT 1")
-        except psycopg.Error as exc:
+        except _psycopg().Error as exc:
             raise PgUnavailable(f"HARNESS_TEST_PG_URL does not answer: {exc}") from None
         return c
     bindir = find_bindir()
