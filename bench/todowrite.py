@@ -7,6 +7,8 @@ own approach: delete the session's rows and re-insert all 30 with raw sqlite3, n
 
     python bench/todowrite.py                 # 1M events, 2000 writes each
     python bench/todowrite.py --events 100000 --writes 500
+    python bench/todowrite.py --pg            # the same on a throwaway local PostgreSQL
+    python bench/todowrite.py --db postgresql://user@host/db   # on a server you have
 
 Prints one table: median and p90 per write, and the ratio to the baseline.
 """
@@ -23,6 +25,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dbarg import add_db_args, bench_db
 
 from harness import formats
 from harness.agent import todowrite
@@ -97,11 +101,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--writes", type=int, default=2000)
-    ap.add_argument("--db", help="SQLite path or database URL (default: a temp file); the "
-                                 "opencode baseline always runs on SQLite")
+    add_db_args(ap)  # the opencode baseline always runs on a SQLite file
     args = ap.parse_args()
+    with bench_db(args, "todowrite") as url:
+        run(args, url)
+
+
+def run(args: argparse.Namespace, url: str) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-todowrite-"))
-    url = args.db or str(tmp / "state.db")
     store = Store.open(url)
     t0 = time.perf_counter()
     fill(store, args.events)

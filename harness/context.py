@@ -25,7 +25,7 @@ class Harness:
 
     @property
     def session_source(self) -> Resolved:
-        return resolve_session(self._session_opt, self.store.url)
+        return resolve_session(self._session_opt, self.store.public_url)
 
     def session(self, *, create: bool = False) -> SessionRow:
         """The session to act on. The default session is created on first use; another

@@ -7,7 +7,11 @@ switched off so that write transactions can take the lock up front with
 tries to write.
 
 PostgreSQL: writers serialise on a transaction-level advisory lock, which is what keeps
-the event sequence gap-free and totally ordered (see :func:`write_lock_sql`).
+the event sequence gap-free and totally ordered (see :func:`write_lock_sql`). Connections
+run at READ COMMITTED whatever the server's default, because a writer must see every
+commit made before it got the lock (a REPEATABLE READ snapshot would be taken before the
+lock and miss them). ``lock_timeout`` follows ``HARNESS_BUSY_TIMEOUT_MS``, so a writer
+waits for the lock as long as it would for a busy SQLite file, then fails with "locked".
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ from state.errors import StoreUnavailable
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
 # Any constant will do; it only has to be the same for every harness on one database.
 PG_WRITE_LOCK_KEY = 0x7D0_4A11
+# Every write transaction on PostgreSQL notifies this channel (delivered at commit only),
+# so watchers (the TUI) learn of any change, run logs included, without polling tables.
+PG_CHANGE_CHANNEL = "harness_changes"
+# Connection execution option that makes a Core transaction a writer (see write_begin).
+WRITE_OPTION = "harness_write"
 
 
 def busy_timeout_ms() -> int:
@@ -61,6 +70,13 @@ def sqlite_path(url: str) -> Path | None:
     return Path(db) if db else None
 
 
+def public_url(url: str) -> str:
+    """The URL with any password masked: safe to print, log, or key a config file by."""
+    if is_sqlite(url):
+        return url
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def display_url(url: str) -> str:
     """For messages: the file path for SQLite, the URL without password otherwise."""
     path = sqlite_path(url)
@@ -85,10 +101,22 @@ def _on_sqlite_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
 
 
 def _on_sqlite_begin(conn: Any) -> None:
-    # ORM/Core transactions on SQLite are readers; writers use BEGIN IMMEDIATE explicitly,
-    # or ask for it with the ``write_lock`` execution option (migrations do).
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write_lock")
-                         else "BEGIN")
+    # ORM/Core transactions on SQLite are readers, unless the connection asked to write
+    # (WRITE_OPTION): then the lock is taken up front, as the raw write path does.
+    write = conn.get_execution_options().get(WRITE_OPTION)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _on_pg_connect(dbapi_conn: Any, _record: Any) -> None:
+    # Not in the conninfo: poolers such as pgbouncer refuse startup `options`.
+    with dbapi_conn.cursor() as cur:
+        cur.execute(f"SET lock_timeout = {busy_timeout_ms()}")
+    dbapi_conn.commit()
+
+
+def _on_pg_begin(conn: Any) -> None:
+    if conn.get_execution_options().get(WRITE_OPTION):
+        conn.exec_driver_sql(write_lock_sql("postgresql"))
 
 
 def make_engine(url: str) -> Engine:
@@ -106,11 +134,17 @@ def make_engine(url: str) -> Engine:
         event.listen(engine, "begin", _on_sqlite_begin)
         return engine
     try:
-        return create_engine(url, pool_pre_ping=True)
+        engine = create_engine(
+            url, pool_pre_ping=True, isolation_level="READ COMMITTED",
+            connect_args={"application_name": "todo-harness", "connect_timeout": 10})
     except ModuleNotFoundError as exc:
         raise StoreUnavailable(
             f"the driver for this database is not installed ({exc.name})",
             where=display_url(url), hint="pip install 'todo-harness[postgres]'") from None
+    if engine.dialect.name == "postgresql":
+        event.listen(engine, "connect", _on_pg_connect)
+        event.listen(engine, "begin", _on_pg_begin)
+    return engine
 
 
 def paramstyle_sql(sql: str, dialect: str) -> str:
@@ -119,7 +153,20 @@ def paramstyle_sql(sql: str, dialect: str) -> str:
 
 
 def write_lock_sql(dialect: str) -> str:
-    """The statement that starts a write transaction holding the store's write lock."""
+    """The statement that starts a write transaction holding the store's write lock.
+
+    On PostgreSQL the lock is a transaction-level advisory lock on one constant key: every
+    writer of the database queues on it, it is released by COMMIT or ROLLBACK (never
+    leaked by a crashed client), and it is released only after the commit is visible, so
+    the next writer's reads (READ COMMITTED) see everything the previous one wrote.
+    """
     if dialect == "sqlite":
         return "BEGIN IMMEDIATE"
     return f"SELECT pg_advisory_xact_lock({PG_WRITE_LOCK_KEY})"
+
+
+def notify_sql(dialect: str) -> str | None:
+    """The statement a write transaction runs so that watchers hear of its commit."""
+    if dialect == "postgresql":
+        return f"SELECT pg_notify('{PG_CHANGE_CHANNEL}', %s)"
+    return None

@@ -8,12 +8,14 @@ written list, the base of the three-way merge of its next write. ``run_logs`` ho
 output by byte offset; logs are data, not events.
 
 JSON columns are TEXT so that SQLite and PostgreSQL hold identical bytes (``db copy``).
+Byte counts (a log offset, an artifact's size) are BIGINT: PostgreSQL's INTEGER stops at
+2 GiB, and checkpoints are larger. (On SQLite both are the same 64-bit INTEGER.)
 Timestamps are ISO-8601 UTC strings with microseconds and a ``Z``: they sort as text.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Index, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -103,7 +105,7 @@ class RunRow(SQLModel, table=True):
 class RunLogRow(SQLModel, table=True):
     __tablename__ = "run_logs"
     run_id: int = Field(foreign_key="runs.id", primary_key=True)
-    start: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    start: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
     data: str = Field(sa_column=Column(Text, nullable=False))
 
 
@@ -133,7 +135,7 @@ class ArtifactRow(SQLModel, table=True):
     todo_id: int | None = None
     path: str = Field(sa_column=Column(Text, nullable=False))
     sha256: str | None = None
-    size: int | None = None
+    size: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     kind: str
     created_at: str
 

@@ -21,21 +21,24 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime, timezone
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlmodel import Session as OrmSession
 from sqlmodel import col, func, select
 
 from state import migrations
 from state.engine import (
+    WRITE_OPTION,
     display_url,
     is_sqlite,
     make_engine,
     normalize_url,
+    notify_sql,
     paramstyle_sql,
+    public_url,
     write_lock_sql,
 )
 from state.errors import InvalidChange, NotFound, StoreError, StoreUnavailable
@@ -53,6 +56,7 @@ from state.fold import (
     apply,
 )
 from state.models import (
+    ALL_TABLES,
     ArtifactRow,
     EventRow,
     RunLogRow,
@@ -61,6 +65,7 @@ from state.models import (
     TodoRow,
     VerificationRow,
 )
+from state.watch import Watch
 
 # Snapshot a session's state every this many events (chosen by bench/replay.py).
 SNAPSHOT_EVERY = 256
@@ -95,6 +100,27 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
+def nul_at(obj: Any, path: str = "") -> str | None:
+    """Where a NUL character hides in ``obj`` (a dotted path), or None.
+
+    PostgreSQL's TEXT cannot hold NUL, so no backend may store one: a store must copy
+    between SQLite and PostgreSQL without loss, and behave the same on both.
+    """
+    if isinstance(obj, str):
+        return (path or "text") if "\x00" in obj else None
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            found = nul_at(v, f"{path}.{k}" if path else str(k))
+            if found:
+                return found
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            found = nul_at(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
 _TODO_COLS = ("num", "content", "active_form", "status", "priority", "position", "stage",
               "depends_on", "blocked_reason", "origin", "created_at", "updated_at")
 _RUN_COLS = tuple(f.name for f in fields(RunState))
@@ -106,11 +132,14 @@ _SQL: dict[str, str] = {
     "max_n": "SELECT n FROM events WHERE session_id = ? ORDER BY n DESC LIMIT 1",
     "max_todo": "SELECT todo_id FROM events WHERE session_id = ? AND todo_id IS NOT NULL "
                 "ORDER BY todo_id DESC LIMIT 1",
-    # One round trip for the three numbers every write needs; each is an index seek.
+    # One round trip for the three numbers every write needs (each an index seek), and
+    # the writer's agent view, which an agent's write reads next (a primary-key lookup;
+    # on PostgreSQL a round trip saved is ~10% of an agent write).
     "load_tops": "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
                  "(SELECT n FROM events WHERE session_id = ? ORDER BY n DESC LIMIT 1), "
                  "(SELECT todo_id FROM events WHERE session_id = ? AND todo_id IS NOT NULL "
-                 "ORDER BY todo_id DESC LIMIT 1)",
+                 "ORDER BY todo_id DESC LIMIT 1), "
+                 "(SELECT view FROM agent_views WHERE session_id = ? AND actor = ?)",
     "load_todos": f"SELECT {', '.join(_TODO_COLS)} FROM todos WHERE session_id = ?",
     "load_runs": f"SELECT {', '.join(_RUN_COLS)} FROM runs WHERE session_id = ?",
     "insert_event": "INSERT INTO events (seq, session_id, n, ts, actor, kind, todo_id, payload, ref)"
@@ -159,6 +188,16 @@ _SQL: dict[str, str] = {
     "upsert_meta": "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
                    "SET value = excluded.value",
 }
+
+
+_MULTI_ROW_MAX = 100
+
+
+@lru_cache(maxsize=_MULTI_ROW_MAX)
+def _multi_row_insert(single: str, count: int) -> str:
+    """``INSERT ... VALUES (%s, ...)`` -> the same with ``count`` rows of values."""
+    head, _, values = single.partition(" VALUES ")
+    return f"{head} VALUES {', '.join([values] * count)}"
 
 
 def _todo_from_row(row: Sequence[Any]) -> TodoState:
@@ -221,6 +260,8 @@ class Tx:
         self._sources: list[tuple[str, int, int, str]] = []
         self._source_keys: set[str] = set()
         self.emitted = 0
+        self._wrote = False  # a write that is not an event (agent view, session pipeline)
+        self._view_writes: dict[str, tuple[str, str]] = {}
         self._load()
 
     # -- loading -------------------------------------------------------------------------
@@ -231,8 +272,8 @@ class Tx:
 
     def _load(self) -> None:
         sid = self.session_id
-        self._cur.execute(self._q["load_tops"], (sid, sid))
-        seq, n, top = self._cur.fetchone()
+        self._cur.execute(self._q["load_tops"], (sid, sid, sid, self.actor))
+        seq, n, top, self._views[self.actor] = self._cur.fetchone()
         self._seq = seq or 0
         n = n or 0
         cached = self.store._todo_cache.pop(sid, None)
@@ -265,6 +306,11 @@ class Tx:
              ts: str | None = None, ref: str | None = None, actor: str | None = None) -> Event:
         if kind.startswith("run."):
             self.load_runs()
+        bad = nul_at(payload) if payload else None
+        bad = bad or nul_at({"actor": actor or self.actor, "ref": ref})
+        if bad:
+            raise InvalidChange(f"{kind}: {bad} contains a NUL character, which the store "
+                                "cannot keep (PostgreSQL's text has no NUL)")
         self._seq += 1
         ev = Event(seq=self._seq, session_id=self.session_id, n=self.state.n + 1,
                    ts=ts or utcnow(), actor=actor or self.actor, kind=kind, todo_id=todo_id,
@@ -386,11 +432,16 @@ class Tx:
         return self.state.artifacts[aid]
 
     def append_log(self, run_id: int, offset: int, data: str) -> None:
-        """Job output is data, not history: it is stored without an event."""
-        self._logs.append((run_id, offset, data))
+        """Job output is data, not history: it is stored without an event.
+
+        NUL bytes become SUB (0x1A, ASCII's "substitute"): one byte for one, so byte
+        offsets stay true, and PostgreSQL can store the text.
+        """
+        self._logs.append((run_id, offset, data.replace("\x00", "\x1a")))
 
     def set_session_pipeline(self, pipeline: str, spec_path: str | None = None) -> None:
         """Name the session's pipeline (and remember its spec file, for `run_stage`)."""
+        self._wrote = True
         self._cur.execute(self._q["update_session_pipeline"], (pipeline, self.session_id))
         if spec_path is not None:
             self._cur.execute(self._q["upsert_meta"],
@@ -411,19 +462,58 @@ class Tx:
         text_ = view if isinstance(view, str) else json.dumps(view, ensure_ascii=False,
                                                                 separators=(",", ":"))
         self._views[actor] = text_
-        self._cur.execute(self._q["upsert_view"], (self.session_id, actor, text_,
-                                                   ts or utcnow()))
+        # Written at flush, with everything else (one round trip fewer on PostgreSQL).
+        self._view_writes[actor] = (text_, ts or utcnow())
+        self._wrote = True
 
     # -- flushing ------------------------------------------------------------------------
     def _flush(self) -> None:
+        """Write what the transaction did: events, projection rows, logs, agent views,
+        snapshots, import sources, and (PostgreSQL) the notification for watchers.
+
+        (psycopg's pipeline mode was tried for these writes: slower here, its sync costs
+        more than the ~30 µs round trips it saves on a local server.)
+        """
+        q, cur = self._q, self._cur
+        if self.events:
+            self._flush_events()
+        if self._logs:
+            cur.executemany(q["insert_log"], self._logs)
+        for actor, (text_, ts) in self._view_writes.items():
+            cur.execute(q["upsert_view"], (self.session_id, actor, text_, ts))
+        if self._snapshots:
+            cur.executemany(q["insert_snapshot"], self._snapshots)
+        if self._sources:
+            cur.executemany(q["insert_source"], self._sources)
+        notify = self.store._notify
+        if notify and (self.events or self._logs or self._wrote):
+            cur.execute(notify, (str(self._seq),))
+
+    def flush(self) -> None:
+        """Write everything emitted so far and keep the transaction open.
+
+        A long import calls this now and then so that its memory stays bounded; the
+        transaction still commits or rolls back as a whole.
+        """
+        self._flush()
+        self.events = []
+        self._touched = {}
+        self._logs = []
+        self._snapshots = []
+        self._sources = []
+        self._view_writes = {}
+
+    def _flush_events(self) -> None:
         q, cur, sid = self._q, self._cur, self.session_id
-        if not self.events:
-            if self._logs:
-                cur.executemany(q["insert_log"], self._logs)
-            return
-        cur.executemany(q["insert_event"], [
-            (e.seq, e.session_id, e.n, e.ts, e.actor, e.kind, e.todo_id, dumps(e.payload), e.ref)
-            for e in self.events])
+        rows = [(e.seq, e.session_id, e.n, e.ts, e.actor, e.kind, e.todo_id, dumps(e.payload),
+                 e.ref) for e in self.events]
+        if self.store.dialect == "postgresql" and len(rows) <= _MULTI_ROW_MAX:
+            # One multi-row INSERT: psycopg's executemany syncs a pipeline, which costs
+            # more than the statement for the few events of an everyday write.
+            cur.execute(_multi_row_insert(q["insert_event"], len(rows)),
+                        [v for row in rows for v in row])
+        else:
+            cur.executemany(q["insert_event"], rows)
         st = self.state
         for kind, key in self._touched:
             if kind == "todo":
@@ -452,27 +542,9 @@ class Tx:
             elif kind == "artifact":
                 a = st.artifacts[key]
                 cur.execute(q["insert_artifact"], _artifact_values(a, sid))
-        if self._logs:
-            cur.executemany(q["insert_log"], self._logs)
-        if self._snapshots:
-            cur.executemany(q["insert_snapshot"], self._snapshots)
-        if self._sources:
-            cur.executemany(q["insert_source"], self._sources)
-
-    def flush(self) -> None:
-        """Write everything emitted so far and keep the transaction open.
-
-        A long import calls this now and then so that its memory stays bounded; the
-        transaction still commits or rolls back as a whole.
-        """
-        self._flush()
-        self.events = []
-        self._touched = {}
-        self._logs = []
-        self._snapshots = []
-        self._sources = []
 
     def _snapshot(self) -> None:
+        """A snapshot holds the whole session: load what this transaction did not."""
         self.load_runs()
         st = self.state
         # Verifications and artifacts are append-only; read them whole for the snapshot
@@ -515,33 +587,46 @@ class Store:
     def __init__(self, url: str):
         self.url = normalize_url(url)
         self.where = display_url(self.url)
+        # Printed and used as a key in the user's config: never the password.
+        self.public_url = public_url(self.url)
         self.engine: Engine = make_engine(self.url)
         self.dialect = self.engine.dialect.name
         self._q = {name: paramstyle_sql(sql, self.dialect) for name, sql in _SQL.items()}
+        self._notify = notify_sql(self.dialect)
         # session id -> (last event number, todos) as of this process's last commit there.
         self._todo_cache: dict[int, tuple[int, dict[int, TodoState]]] = {}
         self._writer_conn: Any = None
         self._writer_lock = threading.Lock()
-        self._dbapi_error: type[BaseException] = self.engine.dialect.dbapi.Error  # type: ignore[union-attr]
+        dbapi = self.engine.dialect.dbapi
+        self._dbapi_error: type[BaseException] = dbapi.Error  # type: ignore[union-attr]
+        self._operational: type[BaseException] = dbapi.OperationalError  # type: ignore[union-attr]
 
     @classmethod
-    def open(cls, url: str, *, migrate: bool = True) -> Store:
+    def open(cls, url: str, *, migrate: bool = True, check: bool = True) -> Store:
+        """Open the store at ``url`` (a SQLite path or an SQLAlchemy URL).
+
+        ``migrate``: apply pending migrations (under the write lock); else refuse a store
+        that needs them. ``check=False`` looks at nothing (``harness db info``/``upgrade``).
+        A store with a migration this code does not know is always refused when checked.
+        """
         store = cls(url)
         try:
-            with store._errors(), store.engine.begin() as conn:
-                todo = migrations.pending(conn, store.where)
-                if todo and not migrate:
+            if check:
+                todo = store.pending_migrations()
+                if todo and migrate:
+                    try:
+                        store.upgrade()
+                    except StoreError as exc:
+                        if not exc.message.startswith("not allowed"):
+                            raise
+                        raise StoreError(
+                            f"database needs {len(todo)} migration(s) that this database "
+                            f"user may not apply ({exc.message})", where=store.where,
+                            hint="the store's owner runs `harness db upgrade`") from None
+                elif todo:
                     raise StoreError(
                         f"database needs {len(todo)} migration(s)", where=store.where,
                         hint="run `harness db upgrade`")
-            if todo:
-                # Migrate holding the write lock from the start: two processes opening a
-                # new store at once would otherwise both read "no tables", and the second
-                # to write fails at once (busy_timeout does not help a reader that writes).
-                with store._errors(), store.engine.connect() as conn:
-                    conn = conn.execution_options(write_lock=True)
-                    with conn.begin():
-                        migrations.upgrade(conn, store.where)
         except BaseException:
             store.close()
             raise
@@ -553,6 +638,42 @@ class Store:
         with self._errors(), self.engine.connect() as conn:
             return str(conn.execute(text("SELECT value FROM meta WHERE key = 'store_id'"))
                        .scalar_one())
+
+    # -- schema ---------------------------------------------------------------------------
+    def applied_migrations(self) -> list[str]:
+        with self._errors(), self.engine.connect() as conn:
+            return migrations.applied(conn)
+
+    def pending_migrations(self) -> list[str]:
+        """Names of the migrations this store still needs (raises if it is too new)."""
+        with self._errors(), self.engine.connect() as conn:
+            return [name for name, _ in migrations.pending(conn, self.where)]
+
+    def upgrade(self) -> list[str]:
+        """Apply pending migrations in one transaction under the write lock, so that two
+        harnesses opening a fresh store at once do not both create it."""
+        with self.locked() as conn:
+            return migrations.upgrade(conn, self.where)
+
+    @contextmanager
+    def locked(self) -> Iterator[Connection]:
+        """A Core connection in a transaction that holds the store's write lock.
+
+        For whole-store work (migrations, ``db copy``); everyday writes use :meth:`write`.
+        Commits on normal exit, rolls back on an exception.
+        """
+        with self._errors(), self.engine.connect() as conn:
+            conn.execution_options(**{WRITE_OPTION: True})
+            with conn.begin():
+                yield conn
+
+    def table_counts(self) -> dict[str, int]:
+        """Rows per table, for every table of the schema that exists here."""
+        with self._errors(), self.engine.connect() as conn:
+            have = set(inspect(conn).get_table_names())
+            return {m.__tablename__: conn.execute(  # type: ignore[attr-defined]
+                        select(func.count()).select_from(m.__table__)).scalar_one()  # type: ignore[attr-defined]
+                    for m in ALL_TABLES if m.__tablename__ in have}  # type: ignore[attr-defined]
 
     def close(self) -> None:
         if self._writer_conn is not None:
@@ -578,15 +699,22 @@ class Store:
             orig = getattr(exc, "orig", exc)
             msg = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
             low = msg.lower()
-            if "locked" in low or "busy" in low:
+            if "locked" in low or "busy" in low or "lock timeout" in low:
                 raise StoreUnavailable(
                     "database is locked by another process", where=self.where,
                     hint="wait for it to finish, or raise HARNESS_BUSY_TIMEOUT_MS") from None
             if "not a database" in low or "malformed" in low:
                 raise StoreUnavailable(f"not a harness store ({msg})", where=self.where) from None
-            if isinstance(exc, OperationalError) or "unable to open" in low or "connect" in low:
+            if "permission denied" in low or "must be owner" in low:
+                raise StoreError(f"not allowed ({msg})", where=self.where,
+                                 hint="this database user may not make that change; "
+                                      "see docs/teams.md on roles") from None
+            if (isinstance(exc, OperationalError) or isinstance(orig, self._operational)
+                    or "unable to open" in low or "connect" in low):
+                hint = ("create it first (createdb; see docs/teams.md)"
+                        if "database" in low and "does not exist" in low else None)
                 raise StoreUnavailable(f"cannot use the database ({msg})",
-                                       where=self.where) from None
+                                       where=self.where, hint=hint) from None
             raise StoreError(f"database error ({msg})", where=self.where) from None
 
     # -- writing ------------------------------------------------------------------------
@@ -619,17 +747,45 @@ class Store:
                 pass
         self._writer_lock.release()
 
+    def _begin_write(self) -> tuple[Any, bool, Any]:
+        """(connection, kept, cursor) with the write lock taken.
+
+        The kept connection may have been dropped by the server while idle (a restart, an
+        idle timeout): nothing is written yet, so take a fresh one and try once more.
+        """
+        raw, kept = self._writer()
+        cur = raw.cursor()
+        try:
+            cur.execute(write_lock_sql(self.dialect))
+            return raw, kept, cur
+        except self._dbapi_error as exc:
+            dropped = self.engine.dialect.is_disconnect(exc, raw.dbapi_connection, cur)
+            if not dropped:
+                try:
+                    raw.rollback()
+                except self._dbapi_error:
+                    dropped = True
+            self._release(raw, kept, dropped)
+            if not (kept and dropped):
+                raise
+        raw, kept = self._writer()
+        try:
+            cur = raw.cursor()
+            cur.execute(write_lock_sql(self.dialect))
+        except BaseException:
+            self._release(raw, kept, True)
+            raise
+        return raw, kept, cur
+
     @contextmanager
     def _locked(self) -> Iterator[Any]:
         """A DB-API cursor in a transaction that holds the store's write lock from its
         first statement. Commits on a normal exit, rolls back on any exception."""
         with self._errors():
-            raw, kept = self._writer()
+            raw, kept, cur = self._begin_write()
             broken = False
             try:
-                cur = raw.cursor()
                 sqlite = self.dialect == "sqlite"
-                cur.execute(write_lock_sql(self.dialect))
                 try:
                     yield cur
                 except BaseException:
@@ -666,6 +822,8 @@ class Store:
         of the ``session.created`` event (default ``actor``)."""
         if not name or not name.strip():
             raise InvalidChange("a session needs a name")
+        if nul_at(name) or nul_at(pipeline):
+            raise InvalidChange("a session name contains a NUL character")
         with self._locked() as cur:
             cur.execute(self._q["session_id"], (name,))
             if cur.fetchone():
@@ -932,11 +1090,19 @@ class Store:
         return verifs, arts
 
     # -- change detection ------------------------------------------------------------------
-    def change_token(self, conn: Any) -> Any:
-        """Cheap "did anything change?" on a long-lived connection the caller owns.
+    def watch(self) -> Watch:
+        """A :class:`state.watch.Watch` on its own connection: ``changed()`` says whether
+        anything was committed since it was last asked (LISTEN/NOTIFY on PostgreSQL,
+        ``PRAGMA data_version`` on SQLite). Close it when done."""
+        return Watch(self.engine)
 
-        SQLite: ``PRAGMA data_version``, which moves when another connection commits.
-        PostgreSQL: the highest event sequence number.
+    def change_token(self, conn: Any) -> Any:
+        """A value that moves when another connection commits, read on ``conn``.
+
+        SQLite: ``PRAGMA data_version``. PostgreSQL: the highest event sequence number (an
+        index seek; it does not see run-log appends, which write no event). Prefer
+        :meth:`watch`, which sees every write and needs no query on PostgreSQL. End
+        ``conn``'s transaction after each call: an open one pins SQLite's snapshot.
         """
         if is_sqlite(self.url):
             return conn.exec_driver_sql("PRAGMA data_version").scalar()

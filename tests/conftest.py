@@ -1,5 +1,12 @@
-"""Shared fixtures: a real SQLite store on disk, the real CLI run in-process, and a real
-sshd on 127.0.0.1 (tests/sshd.py)."""
+"""Shared fixtures: a real store (a SQLite file, or a database on a throwaway PostgreSQL
+cluster), the real CLI run in-process, and a real sshd on 127.0.0.1 (tests/sshd.py).
+
+Backends: a test that uses ``db_url`` (directly, or through ``store`` or ``cli``) runs once
+per backend, ``[sqlite]`` and ``[postgres]``. A test that asks for ``db_path`` (a SQLite
+file it pokes at) or is marked ``sqlite`` runs on SQLite only. The PostgreSQL cluster is
+started once per test session (``tests/pg.py``); if it cannot start, the PostgreSQL tests
+are skipped with the reason, a warning, and a banner at the end of the run.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,8 @@ import io
 import os
 import subprocess
 import sys
+import warnings
+from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +23,63 @@ from pathlib import Path
 import pytest
 
 from state.store import Store
+from tests import pg
 from tests.sshd import ssh_host, sshd  # noqa: F401  (real-sshd fixtures, re-exported)
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+BACKENDS = ("sqlite", "postgres")
+_pg_failure: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "sqlite: SQLite-specific (pragmas, files); not run on PostgreSQL")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" not in metafunc.fixturenames:
+        return
+    sqlite_only = "db_path" in metafunc.fixturenames or \
+        metafunc.definition.get_closest_marker("sqlite") is not None
+    params = ["sqlite"] if sqlite_only else list(BACKENDS)
+    metafunc.parametrize("backend", params, indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[pg.PgCluster]:
+    """A throwaway PostgreSQL cluster for the whole run (or a loud skip)."""
+    if _pg_failure:
+        pytest.skip(_pg_failure[0])
+    try:
+        cluster = pg.start({"fsync": "off", "synchronous_commit": "off",
+                            "full_page_writes": "off"})
+    except (pg.PgUnavailable, OSError, subprocess.SubprocessError) as exc:
+        reason = f"PostgreSQL could not start, its tests are SKIPPED: {exc}"
+        _pg_failure.append(reason)
+        if os.environ.get("HARNESS_TEST_PG") == "require":
+            pytest.fail(reason + " (HARNESS_TEST_PG=require)")
+        warnings.warn(reason, stacklevel=1)
+        pytest.skip(reason)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: pg.PgCluster) -> str:
+    """A fresh, empty database on the test cluster."""
+    return pg_cluster.create_database()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+    if _pg_failure:
+        terminalreporter.write_sep("!", "PostgreSQL tests were SKIPPED", red=True, bold=True)
+        terminalreporter.write_line(_pg_failure[0], red=True)
 
 
 @pytest.fixture(autouse=True)
@@ -30,15 +92,24 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "state.db"
-    monkeypatch.setenv("HARNESS_DB", str(path))
-    return path
+def db_url(backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+           request: pytest.FixtureRequest) -> str:
+    """The test's store (a SQLite path, or a PostgreSQL URL), also set as HARNESS_DB."""
+    url = (request.getfixturevalue("pg_url") if backend == "postgres"
+           else str(tmp_path / "state.db"))
+    monkeypatch.setenv("HARNESS_DB", url)
+    return url
 
 
 @pytest.fixture
-def store(db_path: Path):
-    s = Store.open(str(db_path))
+def db_path(db_url: str) -> Path:
+    """The SQLite file behind ``db_url`` (asking for it makes the test SQLite-only)."""
+    return Path(db_url)
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    s = Store.open(db_url)
     yield s
     s.close()
 
@@ -71,7 +142,7 @@ def run_cli(args: list[str], stdin: str | bytes = b"") -> CliResult:
 
 
 @pytest.fixture
-def cli(db_path: Path):
+def cli(db_url: str):
     return run_cli
 
 

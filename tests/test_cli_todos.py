@@ -109,6 +109,7 @@ def test_session_from_environment(cli, monkeypatch: pytest.MonkeyPatch) -> None:
     assert [(s["name"], s["todos"]) for s in json.loads(cli(["session", "list", "--json"]).out)] == [("env-one", 1)]
 
 
+@pytest.mark.sqlite
 def test_store_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
     monkeypatch.delenv("HARNESS_DB")
     project = tmp_path / "proj"

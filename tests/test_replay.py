@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import text
 
 from harness import formats, replay
 from harness import todos as uc
@@ -135,8 +136,8 @@ def test_snapshots_every_k_events_even_in_one_big_transaction(
             if i == 100:
                 tx.flush()  # a long writer may flush; it is still one transaction
     with store.engine.connect() as conn:
-        snaps = [r[0] for r in conn.exec_driver_sql(
-            "SELECT n FROM snapshots WHERE session_id = ? ORDER BY n", (sid,))]
+        snaps = [r[0] for r in conn.execute(
+            text("SELECT n FROM snapshots WHERE session_id = :s ORDER BY n"), {"s": sid})]
     assert snaps == list(range(16, 222, 16))
     assert rebuild(store, check=True).differences == []
 

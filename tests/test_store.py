@@ -8,6 +8,8 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,7 @@ def test_schema_matches_models_and_is_recorded(store: Store) -> None:
     assert set(SQLModel.metadata.tables) >= {m.__table__.name for m in ALL_TABLES}
 
 
+@pytest.mark.sqlite
 def test_sqlite_pragmas_on_every_connection(store: Store) -> None:
     for _ in range(3):
         with store.engine.connect() as conn:
@@ -150,3 +153,42 @@ def test_two_processes_writing_at_once(tmp_path: Path) -> None:
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     con.close()
     s.close()
+
+
+def test_watch_sees_every_commit_of_others_and_nothing_else(db_url: str) -> None:
+    """The TUI's change detection: PRAGMA data_version on SQLite, LISTEN on PostgreSQL."""
+    reader, writer = Store.open(db_url), Store.open(db_url)
+    try:
+        sid = writer.create_session("s", actor="human")
+        with reader.watch() as watch:
+            assert watch.changed()  # the first look always counts
+            assert not watch.changed()
+            with writer.write(sid, "human") as tx:
+                tx.create_todo("a")
+            assert _soon(watch.changed)
+            assert not watch.changed()
+            with pytest.raises(InvalidChange), writer.write(sid, "human") as tx:
+                tx.create_todo("rolled back")
+                tx.create_todo("bad", status="bogus")
+            assert not _soon(watch.changed, wait=0.3)
+            with writer.write(sid, "runner") as tx:  # a log append writes no event
+                run = tx.queue_run(todo_id=None, host="local")
+            assert _soon(watch.changed)
+            with writer.write(sid, "runner") as tx:
+                tx.append_log(run.id, 0, "epoch 1\n")
+            assert _soon(watch.changed)
+            assert not watch.changed()
+    finally:
+        reader.close()
+        writer.close()
+
+
+def _soon(check: Callable[[], bool], wait: float = 5.0) -> bool:
+    """Notifications cross a socket: give them a moment, and no more."""
+    deadline = time.monotonic() + wait
+    while True:
+        if check():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)

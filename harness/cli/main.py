@@ -16,6 +16,7 @@ from harness import __version__
 from harness.cli import (
     agent_cmds,
     agent_io_cmds,
+    db_cmds,
     replay_cmds,
     run_cmds,
     session_cmds,
@@ -24,7 +25,8 @@ from harness.cli import (
 from harness.cli.common import CONTEXT_SETTINGS, close_harness, common_options
 from harness.errors import EXIT_INTERRUPTED, EXIT_USAGE, KNOWN_ERRORS, exit_code, render
 
-COMMAND_MODULES = [session_cmds, todo_cmds, agent_cmds, run_cmds, agent_io_cmds, replay_cmds]
+COMMAND_MODULES = [session_cmds, todo_cmds, agent_cmds, run_cmds, agent_io_cmds, replay_cmds,
+                   db_cmds]
 
 
 @click.group(context_settings=CONTEXT_SETTINGS, invoke_without_command=True)

@@ -35,7 +35,7 @@ def where(as_json: bool) -> None:
     store_src = h.store_source
     session_src = h.session_source
     info = {
-        "store": h.store.where, "store_url": h.store.url, "store_from": store_src.how,
+        "store": h.store.where, "store_url": h.store.public_url, "store_from": store_src.how,
         "backend": h.store.dialect, "config_dir": str(config_dir()),
         "session": session_src.value, "session_from": session_src.how,
     }
@@ -62,7 +62,7 @@ def session_new(name: str, use: bool) -> None:
     h = harness()
     h.store.create_session(name, actor="human")
     if use:
-        set_current_session(h.store.url, name)
+        set_current_session(h.store.public_url, name)
     click.echo(f"created session {name}" + (" (now current)" if use else ""))
 
 
@@ -72,7 +72,7 @@ def session_new(name: str, use: bool) -> None:
 def session_list(as_json: bool) -> None:
     """List the sessions in the store."""
     h = harness()
-    current = current_session(h.store.url) or "default"
+    current = current_session(h.store.public_url) or "default"
     counts = h.store.session_counts()
     rows = []
     for s in h.store.sessions():
@@ -105,7 +105,7 @@ def session_use(name: str) -> None:
     if h.store.session_by_name(name) is None:
         raise NoSession(f"no session named {name!r}", where=h.store.where,
                         hint=f"create it with `harness session new {name}`")
-    set_current_session(h.store.url, name)
+    set_current_session(h.store.public_url, name)
     click.echo(f"now using session {name}")
 
 

@@ -1,0 +1,142 @@
+"""`harness db info|upgrade|copy`: the store itself, whichever database holds it."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from harness.cli.common import common_options, emit_json, harness, json_option
+from state.copy import BATCH, copy_store
+from state.errors import SchemaTooNew
+from state.store import Store
+
+
+@click.group()
+def db() -> None:
+    """Look after the store: its schema, its size, moving it to another database.
+
+    The store is a SQLite file by default; a team shares one on PostgreSQL
+    (--db postgresql://user@host/dbname, or HARNESS_DB). See docs/teams.md.
+    """
+
+
+def _open_unchecked() -> Store:
+    return Store.open(harness().store_source.value, check=False)
+
+
+@db.command("info")
+@common_options
+@json_option
+def info(as_json: bool) -> None:
+    """Show the backend, schema version and row counts of the store."""
+    store = _open_unchecked()
+    try:
+        applied = store.applied_migrations()
+        try:
+            pending = store.pending_migrations()
+            too_new = None
+        except SchemaTooNew as exc:
+            pending, too_new = [], exc.message
+        counts = store.table_counts()
+        version = store.engine.dialect.server_version_info
+        data = {
+            "store": store.where, "backend": store.dialect,
+            "server_version": ".".join(str(v) for v in version) if version else None,
+            "schema": applied[-1] if applied else None, "migrations": applied,
+            "pending": pending, "too_new": too_new, "counts": counts,
+        }
+    finally:
+        store.close()
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"store:   {data['store']}")
+    click.echo(f"backend: {data['backend']} {data['server_version'] or ''}".rstrip())
+    schema = data["schema"] or "(none: not a harness store yet)"
+    if pending:
+        schema += f"; {len(pending)} migration(s) pending, run `harness db upgrade`"
+    if too_new:
+        schema += f"; {too_new}"
+    click.echo(f"schema:  {schema}")
+    for name, count in counts.items():
+        click.echo(f"  {name:<14} {count:>12,}")
+
+
+@db.command("upgrade")
+@click.option("--dry-run", is_flag=True, help="List the pending migrations; apply nothing.")
+@common_options
+@json_option
+def upgrade(dry_run: bool, as_json: bool) -> None:
+    """Apply the schema migrations this store still needs.
+
+    Every command migrates a store it opens when its database user may; on a shared
+    PostgreSQL store the owner runs this once, so that other roles need no DDL rights.
+    All pending migrations are applied in one transaction, under the store's write lock.
+    """
+    store = _open_unchecked()
+    try:
+        pending = store.pending_migrations()
+        done = [] if dry_run or not pending else store.upgrade()
+    finally:
+        store.close()
+    if as_json:
+        emit_json({"store": store.where, "pending": pending if dry_run else [],
+                   "applied": done})
+        return
+    if not pending:
+        click.echo(f"{store.where}: schema is up to date")
+    elif dry_run:
+        click.echo(f"{store.where}: would apply {', '.join(pending)}")
+    else:
+        click.echo(f"{store.where}: applied {', '.join(done)}")
+
+
+@db.command("copy")
+@click.option("--from", "source", metavar="PATH|URL",
+              help="The store to copy (default: the current store, as --db would find it).")
+@click.option("--to", "target", metavar="PATH|URL", required=True,
+              help="Where to copy it: a SQLite path or a database URL.")
+@click.option("--replace", is_flag=True,
+              help="Delete what the target already holds (in the same transaction).")
+@common_options
+@json_option
+def copy(source: str | None, target: str, replace: bool, as_json: bool) -> None:
+    """Copy a whole store to another database, losslessly (SQLite <-> PostgreSQL).
+
+    Copies every table row for row (events, sessions, todos, runs, run logs,
+    verifications, artifacts, snapshots, agent views, the migration records) from one
+    snapshot of the source, in one transaction on the target, which must be empty
+    unless --replace. Stop writers of the target first; writers of the source may go on
+    (what they write after the snapshot is not copied).
+
+    \b
+    harness db copy --to postgresql://harness@db.lab/campaign
+    harness db copy --from postgresql://harness@db.lab/campaign --to backup.db
+    """
+    src = source or harness().store_source.value
+    started = time.monotonic()
+    shown: dict[str, float] = {}
+
+    def progress(table: str, done: int, total: int) -> None:
+        # On stderr: for a big table, a line every few seconds and one when it is done.
+        now = time.monotonic()
+        if total >= BATCH and (done == total or now - shown.get(table, started) > 2):
+            shown[table] = now
+            click.echo(f"  {table}: {done:,}/{total:,}", err=True)
+
+    report = copy_store(src, target, replace=replace,
+                        progress=progress if sys.stderr.isatty() or not as_json else None)
+    elapsed = time.monotonic() - started
+    if as_json:
+        emit_json({"from": report.source, "to": report.target, "counts": report.counts,
+                   "replaced": report.replaced, "seconds": round(elapsed, 3)})
+        return
+    rows = sum(report.counts.values())
+    click.echo(f"copied {rows:,} rows ({report.counts.get('events', 0):,} events) "
+               f"from {report.source} to {report.target} in {elapsed:.1f}s")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(db)
