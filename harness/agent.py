@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from harness.formats import AgentWrite, Capabilities, ViewItem, caps_named, render_list
-from harness.merge import Plan, others_changes, plan, sent_view, view_of
+from harness.merge import Plan, others_changes, plan, sent_view, standing_notes, view_of
 from harness.render import safe_line
 from state.fold import TodoState, unmet_dependencies
 from state.store import Store, Tx
@@ -24,11 +24,16 @@ from state.store import Store, Tx
 @dataclass
 class WriteResult:
     caps: Capabilities
-    todos: list[TodoState]
+    state: dict[int, TodoState]  # the list just after the write (a copy)
     view: list[ViewItem]
     plan: Plan
     events: int
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def todos(self) -> list[TodoState]:
+        """The list after the write, in list order (sorted when asked, not on the hot path)."""
+        return sorted(self.state.values(), key=lambda t: (t.position, t.num))
 
     def response(self) -> dict[str, Any]:
         """What the agent reads back: its list in its own shape."""
@@ -61,10 +66,13 @@ def apply_write(tx: Tx, write: AgentWrite, *, sees_response: bool = True,
     caps = write.caps
     actor = tx.actor
     first = tx.emitted
+    seen_n = tx.state.n
     base_text = tx.agent_view_text(actor)
-    base_format, base = _parse_view(base_text) if base_text else (None, None)
+    base_format, base_n, base = _parse_view(base_text) if base_text else (None, None, None)
     current = tx.state.todos
-    notes = others_changes(base, current, caps) if sees_response else []
+    # Nobody wrote to the session since this agent's last view: its base is still the list.
+    untouched = base is not None and base_n == seen_n and base_format == caps.name
+    notes = others_changes(base, current, caps) if sees_response and not untouched else []
     p = plan(current, base, write)
     for num in p.removes:
         tx.remove_todo(num, reason=f"omitted by {actor}'s write", ts=ts, ref=ref)
@@ -77,32 +85,53 @@ def apply_write(tx: Tx, write: AgentWrite, *, sees_response: bool = True,
         created[c.index] = t.num
     for num, changes in p.updates.items():
         tx.update_todo(num, ts=ts, ref=ref, **changes)
-    agent_ids = {num: write.items[i].agent_id for i, num in {**p.matched, **created}.items()
-                 if write.items[i].agent_id}
     if sees_response:
-        view = view_of(list(tx.state.todos.values()), caps, agent_ids)
+        if untouched and not (p.creates or p.removes or p.moved):
+            # The common case: the same items in the same order, a status or two changed.
+            view = _patched(base, tx.state.todos, p.updates, caps)  # type: ignore[arg-type]
+        else:
+            agent_ids = {num: write.items[i].agent_id
+                         for i, num in {**p.matched, **created}.items()
+                         if write.items[i].agent_id}
+            view = view_of(list(tx.state.todos.values()), caps, agent_ids)
     else:
         view = sent_view(write, p.matched, created)
-    if base is None or base_format != caps.name or tuple(view) != base:
-        tx.set_agent_view(actor, {"format": caps.name, "items": view}, ts=ts)
+    if base is None or base_format != caps.name or tuple(view) != base \
+            or (sees_response and base_n != tx.state.n):
+        tx.set_agent_view(actor, {"format": caps.name, "n": tx.state.n, "items": view}, ts=ts)
+    if sees_response:
+        notes += standing_notes(tx.state.todos, caps)
     for num in p.kept:
         t = tx.state.todos[num]
         notes.append(f"kept t{num} {t.content!r}: added by {t.origin}, "
                      "agents do not remove it")
-    todos = sorted(tx.state.todos.values(), key=lambda t: (t.position, t.num))
-    return WriteResult(caps=caps, todos=todos, view=view, plan=p, events=tx.emitted - first,
-                       notes=notes)
+    return WriteResult(caps=caps, state=dict(tx.state.todos), view=view, plan=p,
+                       events=tx.emitted - first, notes=notes)
+
+
+def _patched(base: tuple[ViewItem, ...], todos: dict[int, TodoState],
+             updated: dict[int, Any], caps: Capabilities) -> list[ViewItem]:
+    """The agent's view with the items this write changed read afresh: equal to
+    ``view_of`` when no item was added, removed or moved, at a fraction of its cost."""
+    if not updated:
+        return list(base)
+    fresh = {v.num: v for v in view_of([todos[n] for n in updated], caps)}
+    return [fresh[v.num]._replace(agent_id=v.agent_id) if v.num in fresh else v for v in base]
 
 
 @lru_cache(maxsize=256)
-def _parse_view(text: str) -> tuple[str | None, tuple[ViewItem, ...] | None]:
-    """A stored agent view. Cached by its text: an agent's next write usually finds the
-    view its previous write left, so this is parsed once per change, not per write."""
+def _parse_view(text: str) -> tuple[str | None, int | None, tuple[ViewItem, ...] | None]:
+    """A stored agent view: (format, the session's event number it was taken at, items).
+
+    Cached by its text: an agent's next write usually finds the view its previous write
+    left, so this is parsed once per change, not per write."""
     try:
         doc = json.loads(text)
-        return doc.get("format"), tuple(ViewItem(*row) for row in doc["items"])
+        n = doc.get("n")
+        return (doc.get("format"), n if isinstance(n, int) else None,
+                tuple(ViewItem(*row) for row in doc["items"]))
     except (ValueError, KeyError, TypeError, AttributeError):
-        return None, None  # an unreadable view is no view: merge as a first write
+        return None, None, None  # an unreadable view is no view: merge as a first write
 
 
 READ_FORMATS = ("prompt", "json", "opencode", "claude", "codex")

@@ -63,6 +63,10 @@ class Plan:
     kept: list[int] = field(default_factory=list)  # people's items the agent omitted
 
     @property
+    def moved(self) -> bool:
+        return any("position" in c for c in self.updates.values())
+
+    @property
     def empty(self) -> bool:
         return not (self.creates or self.updates or self.removes)
 
@@ -285,11 +289,19 @@ def others_changes(base: Sequence[ViewItem] | None, current: Mapping[int, TodoSt
             old = getattr(b, name)
             if old is not None and now != old:
                 notes.append(f"t{num} {name}: {old!r} -> {now!r}")
-        if t.status == "blocked" and not caps.has_blocked:
-            notes.append(f"t{num} is blocked: {t.blocked_reason or 'no reason given'}")
-        if t.status == "cancelled" and not caps.has_cancelled:
-            notes.append(f"t{num} was cancelled (shown as completed)")
     for num, b in known.items():
         if num not in current:
             notes.append(f"t{num} {b.content!r} was removed")
+    return notes
+
+
+def standing_notes(current: Mapping[int, TodoState], caps: Capabilities) -> list[str]:
+    """What the agent's own shape cannot show, told on every answer: which items are
+    really blocked (and why), and which were cancelled."""
+    notes: list[str] = []
+    for num, t in sorted(current.items()):
+        if t.status == "blocked" and not caps.has_blocked:
+            notes.append(f"t{num} is blocked: {t.blocked_reason or 'no reason given'}")
+        elif t.status == "cancelled" and not caps.has_cancelled:
+            notes.append(f"t{num} was cancelled (shown as completed)")
     return notes

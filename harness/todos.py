@@ -219,16 +219,19 @@ def update_item(store: Store, session_id: int, ident: str | int, *, status: str 
     if prio is not None:
         changes["priority"] = prio
     with store.write(session_id, actor) as tx:
+        seen_n = tx.state.n
         diff = tx.update_todo(num, **changes)
         if diff and actor.startswith("agent:"):
-            _patch_view(tx, actor, tx.todo(num))
+            _patch_view(tx, actor, tx.todo(num), seen_n)
         return Outcome(todo=tx.todo(num), changed=diff)
 
 
-def _patch_view(tx: Tx, actor: str, todo: TodoState) -> None:
+def _patch_view(tx: Tx, actor: str, todo: TodoState, seen_n: int) -> None:
     view = tx.agent_view(actor)
     if not isinstance(view, dict) or not isinstance(view.get("items"), list):
         return
+    if view.get("n") == seen_n:
+        view["n"] = tx.state.n  # the agent was up to date, and made this change itself
     fmt = view.get("format")
     caps = caps_named(fmt) if fmt in ("opencode", "claude", "codex") else None
     touched = False

@@ -249,6 +249,7 @@ class Tx:
         self._cur = cur
         self._q = store._q
         self.events: list[Event] = []
+        self._payloads: list[str] = []  # each event's payload as stored (JSON text)
         self._touched: dict[tuple[str, int], None] = {}
         self._views: dict[str, str | None] = {}
         self._new_ids: dict[str, int] = {}
@@ -306,18 +307,25 @@ class Tx:
              ts: str | None = None, ref: str | None = None, actor: str | None = None) -> Event:
         if kind.startswith("run."):
             self.load_runs()
-        bad = nul_at(payload) if payload else None
-        bad = bad or nul_at({"actor": actor or self.actor, "ref": ref})
-        if bad:
-            raise InvalidChange(f"{kind}: {bad} contains a NUL character, which the store "
-                                "cannot keep (PostgreSQL's text has no NUL)")
+        payload = payload or {}
+        actor = actor or self.actor
+        ref = ref if ref is not None else self.ref
+        # Encoded once, here: the text is both what is stored and the cheap NUL test
+        # (JSON spells NUL \u0000), so the field-by-field search runs only on a hit.
+        text_ = dumps(payload)
+        if "\\u0000" in text_ or "\x00" in actor or (ref is not None and "\x00" in ref):
+            bad = nul_at(payload) or nul_at({"actor": actor, "ref": ref})
+            if bad:
+                raise InvalidChange(f"{kind}: {bad} contains a NUL character, which the "
+                                    "store cannot keep (PostgreSQL's text has no NUL)")
         self._seq += 1
         ev = Event(seq=self._seq, session_id=self.session_id, n=self.state.n + 1,
-                   ts=ts or utcnow(), actor=actor or self.actor, kind=kind, todo_id=todo_id,
-                   payload=payload or {}, ref=ref if ref is not None else self.ref)
+                   ts=ts or utcnow(), actor=actor, kind=kind, todo_id=todo_id,
+                   payload=payload, ref=ref)
         for key in apply(self.state, ev):
             self._touched[key] = None
         self.events.append(ev)
+        self._payloads.append(text_)
         self.emitted += 1
         if ev.n % SNAPSHOT_EVERY == 0:
             # Exactly every K events, however many one transaction holds, so a seek never
@@ -497,6 +505,7 @@ class Tx:
         """
         self._flush()
         self.events = []
+        self._payloads = []
         self._touched = {}
         self._logs = []
         self._snapshots = []
@@ -505,8 +514,8 @@ class Tx:
 
     def _flush_events(self) -> None:
         q, cur, sid = self._q, self._cur, self.session_id
-        rows = [(e.seq, e.session_id, e.n, e.ts, e.actor, e.kind, e.todo_id, dumps(e.payload),
-                 e.ref) for e in self.events]
+        rows = [(e.seq, e.session_id, e.n, e.ts, e.actor, e.kind, e.todo_id, text_, e.ref)
+                for e, text_ in zip(self.events, self._payloads, strict=True)]
         if self.store.dialect == "postgresql" and len(rows) <= _MULTI_ROW_MAX:
             # One multi-row INSERT: psycopg's executemany syncs a pipeline, which costs
             # more than the statement for the few events of an everyday write.
