@@ -11,6 +11,7 @@ import asyncio
 import itertools
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
+from pathlib import Path
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -48,7 +49,7 @@ class HarnessApp(App[None]):
     running durations (tests pin it).
     """
 
-    CSS_PATH = "app.tcss"
+    CSS_PATH = str(Path(__file__).with_name("app.tcss"))  # absolute: subclasses live elsewhere
     TITLE = "todo-harness"
     BINDINGS = bindings(APP_KEYS)
 
@@ -65,6 +66,7 @@ class HarnessApp(App[None]):
         self.replay_screen: ReplayScreen | None = None
         self.last_refresh_poll = 0  # the store thread's poll that found the last change
         self._open_in_replay = replay
+        self._store_started = False
         self._user_keymap = dict(keymap or {})
         self._tokens = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[None]] = {}
@@ -75,10 +77,15 @@ class HarnessApp(App[None]):
     def on_mount(self) -> None:
         if self._user_keymap:
             self.set_keymap(self._user_keymap)
-        self._store_loop()
         self.set_interval(1.0, self.board_screen.tick)
         if self._open_in_replay:
             self.enter_replay()
+
+    def start_store(self) -> None:
+        """Start the store thread (once the board screen can show what it sends)."""
+        if not self._store_started:
+            self._store_started = True
+            self._store_loop()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="store")
     def _store_loop(self) -> None:
@@ -109,13 +116,14 @@ class HarnessApp(App[None]):
         keys.update(self._user_keymap)
         self.push_screen(HelpScreen(title, actions, keys))
 
-    async def settled(self) -> None:
-        """Wait until everything asked of the store thread so far is done and shown."""
+    async def settled(self, timeout: float = 30.0) -> None:
+        """Wait until everything asked of the store thread so far is done and shown
+        (tests and the benchmark use this; a stuck thread is a TimeoutError, not a hang)."""
         token = next(self._tokens)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting[token] = future
         self.io.barrier(token)
-        await future
+        await asyncio.wait_for(future, timeout)
 
     # -- from the store thread ---------------------------------------------------------------
     def on_board_refreshed(self, message: BoardRefreshed) -> None:

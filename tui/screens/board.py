@@ -44,28 +44,39 @@ class BoardScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one(Board).focus()
+        # What arrived before the widgets existed; then the store thread may start.
+        if self.board_view is not None:
+            self.show_board(self.board_view)
+        if self.detail_view is not None:
+            self.show_detail(self.detail_view)
+        self.harness.start_store()
 
     # -- fed by the app --------------------------------------------------------------------
     def show_board(self, view: BoardView) -> None:
+        previous, self.board_view = self.board_view, view
+        if not self.is_mounted:
+            return
         board = self.query_one(Board)
-        if self.board_view is not None and self.board_view.session_id != view.session_id:
+        if previous is not None and previous.session_id != view.session_id:
             board.show({})  # another session (after a fork): start from the top
-        self.board_view = view
         with self.app.batch_update():
             board.show(view.todos)
             self.query_one(SessionHeader).show(view, self.harness.clock())
 
     def show_detail(self, view: DetailView) -> None:
         self.detail_view = view
-        self.query_one(DetailPane).show(view, self.harness.clock())
+        if self.is_mounted:
+            self.query_one(DetailPane).show(view, self.harness.clock())
 
     def show_log(self, update: LogUpdate) -> None:
+        if not self.is_mounted:
+            return
         run = current_run(self.detail_view) if self.detail_view else None
         self.query_one(DetailPane).tail(update, run)
 
     def tick(self) -> None:
         """Running durations move on even when nothing is written."""
-        if self.board_view is not None and self.board_view.running:
+        if self.is_mounted and self.board_view is not None and self.board_view.running:
             self.query_one(SessionHeader).show(self.board_view, self.harness.clock())
 
     @on(Board.Selected)

@@ -47,9 +47,13 @@ class ReplayScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one(Board).focus()
+        if self.view is not None:
+            self.show(self.view)
 
     def show(self, view: ReplayView) -> None:
         self.view = view
+        if not self.is_mounted:
+            return
         with self.app.batch_update():
             self.query_one(Board).show(view.board.todos)
             self.query_one(SessionHeader).show(view.board, self.harness.clock())

@@ -72,14 +72,25 @@ def runs_table(runs: tuple[RunState, ...], now: datetime) -> Table:
     return table
 
 
-def history_table(events: tuple[Event, ...]) -> Table:
+def history_table(events: tuple[Event, ...], width: int) -> Table:
+    """Newest first: what happened last matters most. A narrow pane puts what happened
+    under who and when, so the description keeps a readable width."""
     table = Table.grid(padding=(0, 1), expand=True)
     n_width = max((len(f"#{e.n}") for e in events), default=2)
     table.add_column(no_wrap=True, style="dim", width=n_width)
+    if width < 72:
+        table.add_column(ratio=1)
+        for e in reversed(events):
+            who = Text(clock(e.ts)[5:16], style="dim")
+            who.append("  ")
+            who.append_text(line(e.actor, 24))
+            table.add_row(Text(f"#{e.n}"), who)
+            table.add_row(Text(""), Text(describe(e)))
+        return table
     table.add_column(no_wrap=True, style="dim", width=11)
     table.add_column(no_wrap=True, max_width=14)
     table.add_column(ratio=1)
-    for e in reversed(events):  # newest first: what happened last matters most
+    for e in reversed(events):
         table.add_row(Text(f"#{e.n}"), Text(clock(e.ts)[5:16]), line(e.actor, 14),
                       Text(describe(e)))
     return table
@@ -125,7 +136,7 @@ class DetailPane(Widget):
             q("#runs-title", Static).update(f"Runs ({len(view.runs)})")
             q("#detail-runs", Static).update(runs_table(view.runs, now) if view.runs
                                              else Text("none", style="dim"))
-            q("#detail-history", Static).update(history_table(view.history))
+            q("#detail-history", Static).update(history_table(view.history, self.size.width))
         tabs.get_tab("tab-verification").label = (f"Verification ({len(view.verifications)})"
                                               if view.verifications else "Verification")
         self.query_one(VerificationPanel).show(view.verifications)

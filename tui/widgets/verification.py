@@ -56,7 +56,7 @@ def gate_rows(gate: dict[str, Any], metrics: dict[str, Any]) -> list[tuple[Text,
                 and key.startswith(("min_", "max_")):
             ok = measured >= threshold if key.startswith("min_") else measured <= threshold
             value.append("✓ " if ok else "✗ ", style="bold green" if ok else "bold red")
-            value.append(f"{number(measured)} {'≥' if key.startswith('min_') else '≤'} "
+            value.append(f"{number(measured)}, needs {'≥' if key.startswith('min_') else '≤'} "
                          f"{number(threshold)}")
         else:
             value.append(number(threshold))
@@ -65,14 +65,24 @@ def gate_rows(gate: dict[str, Any], metrics: dict[str, Any]) -> list[tuple[Text,
 
 
 def attempt_label(v: VerificationState) -> Text:
+    """One short line per attempt (an OptionList wraps long ones): when, which run, and
+    the headline figures, or the verdict when there are none."""
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append("✓ " if v.passed else "✗ ", style="bold green" if v.passed else "bold red")
     out.append(f"v{v.id}", style="bold")
-    out.append(f"  {clock(v.created_at)}", style="dim")
+    out.append(f"  {clock(v.created_at)[5:16]}", style="dim")
     if v.run_id is not None:
         out.append(f"  r{v.run_id}", style="dim")
+    figures = []
+    if "tau" in v.metrics:
+        figures.append(f"τ {number(v.metrics['tau'])}")
+    if "projected_speedup" in v.metrics:
+        figures.append(f"{number(v.metrics['projected_speedup'])}x")
     out.append("  ")
-    out.append_text(line(v.verdict, 60))
+    if figures:
+        out.append("  ".join(figures))
+    else:
+        out.append_text(line(v.verdict, 32))
     return out
 
 
