@@ -77,7 +77,6 @@ class HarnessApp(App[None]):
     def on_mount(self) -> None:
         if self._user_keymap:
             self.set_keymap(self._user_keymap)
-        self.set_interval(1.0, self.board_screen.tick)
         if self._open_in_replay:
             self.enter_replay()
 

@@ -193,10 +193,11 @@ class StoreIO:
         token = self.store.change_token(conn)
         conn.rollback()  # end the read so the next poll sees new commits (PostgreSQL)
         self.polls += 1
-        changed = token != self._token
+        changed = token != self._token  # someone committed something, somewhere
         first = self._state is None
         self._token = token
         touched: set[int] = set()
+        board_changed = first
         if first:
             self._state = self.store.state_at(self.session_id)
             self._read_session()
@@ -208,11 +209,10 @@ class StoreIO:
                     touched.add(ev.todo_id)
             meta = (self._name, self._pipeline)
             self._read_session()  # the pipeline may be set without an event
-            if not events and meta == (self._name, self._pipeline):
-                changed = False
+            board_changed = bool(events) or meta != (self._name, self._pipeline)
         state = self._state
         assert state is not None
-        if first or changed:
+        if board_changed:
             self._post(BoardRefreshed(board_view(state, name=self._name,
                                                  pipeline=self._pipeline), self.polls))
         selected = state.todos.get(self._selected) if self._selected is not None else None
@@ -223,8 +223,8 @@ class StoreIO:
         if self._selected != self._shown or affected:
             self._send_detail()
         elif changed:
-            self._tail_log()
-        if self._replay_target is not None and (self._replay_dirty or changed):
+            self._tail_log()  # log output is written without events
+        if self._replay_target is not None and (self._replay_dirty or board_changed):
             self._send_replay()
 
     def _read_session(self) -> None:

@@ -28,16 +28,17 @@ def tui(replay: bool) -> None:
     and replay the session. `?` lists the keys; they can be remapped in
     `<config dir>/tui.toml` (see `harness where` and docs/tui.md).
     """
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise UsageError("harness tui needs a terminal",
-                         hint="use `harness list` or `harness list --json` in scripts")
     h = harness()
     session = h.session()
     # The one place the harness imports the TUI; lazily, so other commands stay light.
-    from tui.app import HarnessApp
     from tui.keys import load_keymap
 
-    keymap = load_keymap()
+    keymap = load_keymap()  # a broken config is reported even where no terminal is
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError("harness tui needs a terminal",
+                         hint="use `harness list` or `harness list --json` in scripts")
+    from tui.app import HarnessApp
+
     app = HarnessApp(h.store, session.id, replay=replay, keymap=keymap)
     app.run()
     # Let the store thread finish before the CLI closes the store under it.

@@ -49,6 +49,7 @@ class BoardScreen(Screen[None]):
             self.show_board(self.board_view)
         if self.detail_view is not None:
             self.show_detail(self.detail_view)
+        self.set_interval(1.0, self.tick)
         self.harness.start_store()
 
     # -- fed by the app --------------------------------------------------------------------
@@ -76,8 +77,9 @@ class BoardScreen(Screen[None]):
 
     def tick(self) -> None:
         """Running durations move on even when nothing is written."""
-        if self.is_mounted and self.board_view is not None and self.board_view.running:
-            self.query_one(SessionHeader).show(self.board_view, self.harness.clock())
+        if self.board_view is not None and self.board_view.running:
+            for header in self.query(SessionHeader):  # none while the app shuts down
+                header.show(self.board_view, self.harness.clock())
 
     @on(Board.Selected)
     def _selected_changed(self, event: Board.Selected) -> None:

@@ -185,7 +185,7 @@ class Board(ScrollView, can_focus=True):
         self.cursor = found if found is not None else 0
         height = self.scrollable_content_region.height or 1
         if screen_line is not None and 0 <= screen_line < height:
-            self.scroll_to(y=max(self.cursor - screen_line, 0), animate=False, immediate=True)
+            self.scroll_to(y=max(self.cursor - screen_line, 0), animate=False, immediate=True, force=True)
         self._ensure_visible()
         self._announce()
 
@@ -210,9 +210,9 @@ class Board(ScrollView, can_focus=True):
         want_top = self.cursor - 1 if self._todo_line(self.cursor - 1, -1) != self.cursor - 1 \
             else self.cursor
         if want_top < top:
-            self.scroll_to(y=max(want_top, 0), animate=False, immediate=True)
+            self.scroll_to(y=max(want_top, 0), animate=False, immediate=True, force=True)
         elif self.cursor >= top + height:
-            self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True)
+            self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True, force=True)
 
     def _announce(self) -> None:
         row = self._rows[self.cursor] if self.cursor < len(self._rows) else None
