@@ -89,7 +89,6 @@ async def test_replay_is_read_only(campaign: Campaign) -> None:
 
 
 async def test_selecting_in_replay_shows_history_up_to_n(campaign: Campaign) -> None:
-    store, sid = campaign.store, campaign.session_id
     app = campaign.app()
     async with app.run_test(size=(140, 40)) as pilot:
         await app.settled()
