@@ -9,8 +9,10 @@ at the same height on screen, so a refresh never moves what a person is looking 
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
@@ -98,6 +100,9 @@ class Board(ScrollView, can_focus=True):
         self._todos: dict[int, TodoState] = {}
         self._waits: dict[int, tuple[int, ...]] = {}
         self._counts: dict[str, int] = dict.fromkeys(ORDER, 0)
+        self._sections: dict[str, list[tuple[tuple[int, int, float, int], int]]] = {
+            s: [] for s in ORDER}
+        self._with_deps: set[int] = set()
         self._rows: list[Row] = list(ORDER)
         self._index: dict[Row, int] = {r: i for i, r in enumerate(self._rows)}
         self._strips: dict[Row, Strip] = {}
@@ -128,20 +133,49 @@ class Board(ScrollView, can_focus=True):
 
     # -- feeding ---------------------------------------------------------------------------
     def show(self, todos: Mapping[int, TodoState]) -> None:
-        """Show this list: redraw changed rows, re-sort, keep the cursor on its todo."""
-        waits = {t.num: tuple(unmet_dependencies(t, todos)) for t in todos.values()
-                 if t.depends_on and t.status not in ("completed", "cancelled")}
-        for num, t in todos.items():
-            if self._todos.get(num) is not t or self._waits.get(num) != waits.get(num):
+        """Show this list: redraw changed rows, re-sort, keep the cursor on its todo.
+
+        TodoStates are replaced, never mutated, when they change, so "changed" is "not the
+        same object": a refresh costs a pass over the ids plus the changed rows, and each
+        section is re-sorted only where a todo entered, left or moved (bisect).
+        """
+        old = self._todos
+        changed = [num for num, t in todos.items() if old.get(num) is not t]
+        gone = [num for num in old if num not in todos]
+        if len(changed) + len(gone) > 256:
+            self._sections = {s: [] for s in ORDER}
+            for t in todos.values():
+                self._sections.setdefault(t.status, []).append((board_key(t), t.num))
+            for section in self._sections.values():
+                section.sort()
+            self._strips.clear()
+        else:
+            for num in (*changed, *gone):
+                before = old.get(num)
+                if before is not None:
+                    section = self._sections[before.status]
+                    del section[bisect_left(section, (board_key(before), num))]
+                after = todos.get(num)
+                if after is not None:
+                    insort(self._sections.setdefault(after.status, []),
+                           (board_key(after), num))
                 self._strips.pop(num, None)
-        for num in self._todos.keys() - todos.keys():
-            self._strips.pop(num, None)
-        by_status: dict[str, list[TodoState]] = {s: [] for s in ORDER}
-        for t in todos.values():
-            by_status.setdefault(t.status, []).append(t)
-        counts = {s: len(v) for s, v in by_status.items()}
+        for num in changed:
+            if todos[num].depends_on:
+                self._with_deps.add(num)
+        self._with_deps.difference_update(gone)
+        waits = {}
+        for num in self._with_deps:
+            t = todos[num]
+            if t.depends_on and t.status not in ("completed", "cancelled"):
+                w = tuple(unmet_dependencies(t, todos))
+                if w:
+                    waits[num] = w
+            if waits.get(num) != self._waits.get(num):
+                self._strips.pop(num, None)
+        counts = {s: len(self._sections.get(s, ())) for s in ORDER}
         for s in ORDER:
-            if counts.get(s) != self._counts.get(s):
+            if counts[s] != self._counts.get(s):
                 self._strips.pop(s, None)
         id_width = len(f"t{max(todos, default=1)}")
         if id_width != self._id_width:
@@ -150,7 +184,7 @@ class Board(ScrollView, can_focus=True):
         rows: list[Row] = []
         for s in ORDER:
             rows.append(s)
-            rows.extend(t.num for t in sorted(by_status[s], key=board_key))
+            rows.extend(map(itemgetter(1), self._sections.get(s, ())))
 
         old_line = self.cursor - round(self.scroll_y)
         old_cursor = self.cursor

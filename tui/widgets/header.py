@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 
 from rich.text import Text
@@ -38,9 +39,8 @@ class SessionHeader(Static):
     """
 
     def show(self, view: BoardView, now: datetime) -> None:
-        todos = view.todos.values()
-        done = sum(t.status == "completed" for t in todos)
-        cancelled = sum(t.status == "cancelled" for t in todos)
+        counts = Counter(t.status for t in view.todos.values())
+        done, cancelled = counts["completed"], counts["cancelled"]
         total = len(view.todos) - cancelled  # cancelled work is not work left to do
         out = Text()
         if view.replay:
