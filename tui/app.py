@@ -66,7 +66,6 @@ class HarnessApp(App[None]):
         self.replay_screen: ReplayScreen | None = None
         self.last_refresh_poll = 0  # the store thread's poll that found the last change
         self._open_in_replay = replay
-        self._store_started = False
         self._user_keymap = dict(keymap or {})
         self._tokens = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[None]] = {}
@@ -77,14 +76,11 @@ class HarnessApp(App[None]):
     def on_mount(self) -> None:
         if self._user_keymap:
             self.set_keymap(self._user_keymap)
+        # Screens keep what arrives before their widgets exist, so the store thread can
+        # start now and read while Textual sets up the screen.
+        self._store_loop()
         if self._open_in_replay:
             self.enter_replay()
-
-    def start_store(self) -> None:
-        """Start the store thread (once the board screen can show what it sends)."""
-        if not self._store_started:
-            self._store_started = True
-            self._store_loop()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="store")
     def _store_loop(self) -> None:

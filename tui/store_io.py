@@ -122,11 +122,14 @@ class StoreIO:
         conn = None
         try:
             conn = self.store.engine.connect()
+            first = True
             while not cancelled():
                 try:
-                    items = [self._queue.get(timeout=self.interval)]
+                    # The first round loads at once; then wait for work or the next poll.
+                    items = [self._queue.get(timeout=0 if first else self.interval)]
                 except queue.Empty:
                     items = []
+                first = False
                 while True:
                     try:
                         items.append(self._queue.get_nowait())

@@ -23,6 +23,8 @@ def ready(app: HarnessApp, *keys: str, select: int | None = None
         await app.settled()
         if select is not None:
             app.screen.query_one(Board).select(select)
+            await pilot.pause()  # the selection reaches the store thread...
+            await app.settled()  # ...and its detail comes back
         for key in keys:
             await pilot.press(key)
             await app.settled()

@@ -28,8 +28,10 @@ class BoardScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
+        self._ready = False
         self.board_view: BoardView | None = None
         self.detail_view: DetailView | None = None
+        self._early_logs: list[LogUpdate] = []
 
     @property
     def harness(self) -> HarnessApp:
@@ -43,19 +45,24 @@ class BoardScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # is_mounted turns true only after this handler; the widgets exist already.
+        self._ready = True
         self.query_one(Board).focus()
-        # What arrived before the widgets existed; then the store thread may start.
+        # What the store thread sent before the widgets existed (it starts with the app,
+        # so the first read overlaps Textual's own start-up).
         if self.board_view is not None:
             self.show_board(self.board_view)
         if self.detail_view is not None:
             self.show_detail(self.detail_view)
+        for update in self._early_logs:
+            self.show_log(update)
+        self._early_logs.clear()
         self.set_interval(1.0, self.tick)
-        self.harness.start_store()
 
     # -- fed by the app --------------------------------------------------------------------
     def show_board(self, view: BoardView) -> None:
         previous, self.board_view = self.board_view, view
-        if not self.is_mounted:
+        if not self._ready:
             return
         board = self.query_one(Board)
         if previous is not None and previous.session_id != view.session_id:
@@ -66,11 +73,12 @@ class BoardScreen(Screen[None]):
 
     def show_detail(self, view: DetailView) -> None:
         self.detail_view = view
-        if self.is_mounted:
+        if self._ready:
             self.query_one(DetailPane).show(view, self.harness.clock())
 
     def show_log(self, update: LogUpdate) -> None:
-        if not self.is_mounted:
+        if not self._ready:
+            self._early_logs.append(update)
             return
         run = current_run(self.detail_view) if self.detail_view else None
         self.query_one(DetailPane).tail(update, run)

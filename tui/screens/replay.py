@@ -31,6 +31,7 @@ class ReplayScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
+        self._ready = False
         self.view: ReplayView | None = None
 
     @property
@@ -46,13 +47,15 @@ class ReplayScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # is_mounted turns true only after this handler; the widgets exist already.
+        self._ready = True
         self.query_one(Board).focus()
         if self.view is not None:
             self.show(self.view)
 
     def show(self, view: ReplayView) -> None:
         self.view = view
-        if not self.is_mounted:
+        if not self._ready:
             return
         with self.app.batch_update():
             self.query_one(Board).show(view.board.todos)
