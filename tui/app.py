@@ -114,11 +114,15 @@ class HarnessApp(App[None]):
     async def settled(self, timeout: float = 30.0) -> None:
         """Wait until everything asked of the store thread so far is done and shown
         (tests and the benchmark use this; a stuck thread is a TimeoutError, not a hang)."""
-        token = next(self._tokens)
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting[token] = future
-        self.io.barrier(token)
-        await asyncio.wait_for(future, timeout)
+        async def done() -> None:
+            while not self.board_screen.ready:  # it shows what came before it was mounted
+                await asyncio.sleep(0.005)
+            token = next(self._tokens)
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiting[token] = future
+            self.io.barrier(token)
+            await future
+        await asyncio.wait_for(done(), timeout)
 
     # -- from the store thread ---------------------------------------------------------------
     def on_board_refreshed(self, message: BoardRefreshed) -> None:

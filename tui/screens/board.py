@@ -34,6 +34,11 @@ class BoardScreen(Screen[None]):
         self._early_logs: list[LogUpdate] = []
 
     @property
+    def ready(self) -> bool:
+        """Mounted, with everything sent before that shown."""
+        return self._ready
+
+    @property
     def harness(self) -> HarnessApp:
         return cast("HarnessApp", self.app)
 

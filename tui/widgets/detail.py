@@ -107,6 +107,10 @@ class DetailPane(Widget):
     DetailPane #detail-text { margin-top: 1; }
     """
 
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._view: DetailView | None = None
+
     def compose(self) -> ComposeResult:
         with TabbedContent(initial="tab-detail"):
             with TabPane("Detail", id="tab-detail"), VerticalScroll(id="detail-scroll"):
@@ -121,7 +125,14 @@ class DetailPane(Widget):
             with TabPane("Verification", id="tab-verification"):
                 yield VerificationPanel()
 
+    def on_resize(self) -> None:
+        # The history's layout depends on the width (see history_table).
+        if self._view is not None and self._view.todo is not None:
+            self.query_one("#detail-history", Static).update(
+                history_table(self._view.history, self.size.width))
+
     def show(self, view: DetailView, now: datetime) -> None:
+        self._view = view
         q = self.query_one
         tabs = self.query_one(TabbedContent)
         if view.todo is None:
