@@ -63,19 +63,23 @@ def row(screen: str, todo: str) -> str:
     return next((line for line in screen.splitlines() if f" {todo} " in line[:12]), "")
 
 
-def test_reprioritise_and_mark_a_todo_in_a_real_terminal(campaign: Campaign,
-                                                         tmp_path: Path) -> None:
-    store, sid = campaign.store, campaign.session_id
-    before = store.last_n(sid)
+def harness_command(campaign: Campaign, *args: str) -> str:
     env = {"PYTHONPATH": str(ROOT), "HARNESS_CONFIG_DIR": os.environ["HARNESS_CONFIG_DIR"],
            "HARNESS_DATA_DIR": os.environ["HARNESS_DATA_DIR"], "LANG": "C.UTF-8",
            "TERM": "xterm-256color"}
-    command = " ".join([
+    return " ".join([
         # COLUMNS/LINES from the test's own environment would override the pane's size.
         "cd", shlex.quote(str(ROOT)), "&&", "exec", "env", "-u", "COLUMNS", "-u", "LINES",
         *[f"{k}={shlex.quote(v)}" for k, v in env.items()],
         shlex.quote(sys.executable), "-m", "harness", "--db", shlex.quote(str(campaign.path)),
-        "--session", shlex.quote(campaign.name), "tui"])
+        "--session", shlex.quote(campaign.name), *args])
+
+
+def test_reprioritise_and_mark_a_todo_in_a_real_terminal(campaign: Campaign,
+                                                         tmp_path: Path) -> None:
+    store, sid = campaign.store, campaign.session_id
+    before = store.last_n(sid)
+    command = harness_command(campaign, "tui")
     tmux = Tmux(tmp_path)
     try:
         tmux.start(command)
@@ -107,3 +111,17 @@ def test_reprioritise_and_mark_a_todo_in_a_real_terminal(campaign: Campaign,
         ("todo.updated", 11, "human", {"changes": {"status": ["pending", "completed"]}}),
     ]
     assert store.todo(sid, 11).status == "completed"
+
+
+def test_bare_harness_on_a_terminal_opens_the_board(campaign: Campaign, tmp_path: Path) -> None:
+    tmux = Tmux(tmp_path)
+    try:
+        tmux.start(harness_command(campaign))
+        tmux.wait(lambda s: "Pending (3)" in s and "session kimi-k25-eagle3" in s, "the board")
+        tmux.keys("q")
+        deadline = time.monotonic() + 15
+        while tmux.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not tmux.alive()
+    finally:
+        tmux.kill()

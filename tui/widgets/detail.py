@@ -137,8 +137,8 @@ class DetailPane(Widget):
         tabs = self.query_one(TabbedContent)
         if view.todo is None:
             q("#detail-head", Static).update(Text("No todo selected.", style="dim"))
-            q("#detail-text", Static).update(Text("Press a to add one.", style="dim")
-                                             if view.live else "")
+            q("#detail-text", Static).update(Text("? lists the keys; ctrl+p every action.",
+                                                  style="dim") if view.live else "")
             for name in ("#detail-runs", "#detail-history"):
                 q(name, Static).update("")
         else:
