@@ -18,7 +18,7 @@ from harness.formats import AgentWrite, Capabilities, ViewItem, caps_named, rend
 from harness.merge import Plan, others_changes, plan, sent_view, view_of
 from harness.render import safe_line
 from state.fold import TodoState, unmet_dependencies
-from state.store import Store
+from state.store import Store, Tx
 
 
 @dataclass
@@ -45,39 +45,53 @@ def todowrite(store: Store, session_id: int, write: AgentWrite, *, actor: str,
               origin: str = "agent") -> WriteResult:
     """Merge one agent write. ``sees_response`` says whether the agent reads our answer
     (CLI, MCP) or not (hooks, imports): that decides what its next write is compared to."""
-    caps = write.caps
     with store.write(session_id, actor, ref=ref) as tx:
-        base_text = tx.agent_view_text(actor)
-        base_format, base = _parse_view(base_text) if base_text else (None, None)
-        current = tx.state.todos
-        notes = others_changes(base, current, caps) if sees_response else []
-        p = plan(current, base, write)
-        for num in p.removes:
-            tx.remove_todo(num, reason=f"omitted by {actor}'s write", ts=ts)
-        created: dict[int, int] = {}
-        for c in p.creates:
-            it = c.item
-            t = tx.create_todo(it.content, status=it.status, priority=it.priority or "medium",
-                               active_form=it.active_form, position=c.position, origin=origin,
-                               ts=ts)
-            created[c.index] = t.num
-        for num, changes in p.updates.items():
-            tx.update_todo(num, ts=ts, **changes)
-        agent_ids = {num: write.items[i].agent_id for i, num in {**p.matched, **created}.items()
-                     if write.items[i].agent_id}
-        if sees_response:
-            view = view_of(list(tx.state.todos.values()), caps, agent_ids)
-        else:
-            view = sent_view(write, p.matched, created)
-        if base is None or base_format != caps.name or tuple(view) != base:
-            tx.set_agent_view(actor, {"format": caps.name, "items": view})
-        for num in p.kept:
-            t = tx.state.todos[num]
-            notes.append(f"kept t{num} {t.content!r}: added by {t.origin}, "
-                         "agents do not remove it")
-        todos = sorted(tx.state.todos.values(), key=lambda t: (t.position, t.num))
-        return WriteResult(caps=caps, todos=todos, view=view, plan=p, events=len(tx.events),
-                           notes=notes)
+        return apply_write(tx, write, sees_response=sees_response, ts=ts, ref=ref,
+                           origin=origin)
+
+
+def apply_write(tx: Tx, write: AgentWrite, *, sees_response: bool = True,
+                ts: str | None = None, ref: str | None = None,
+                origin: str = "agent") -> WriteResult:
+    """:func:`todowrite` inside a transaction the caller holds, as ``tx.actor``.
+
+    Imports apply a whole transcript's calls in one transaction through this, so they
+    make exactly the events the live calls would have made.
+    """
+    caps = write.caps
+    actor = tx.actor
+    first = tx.emitted
+    base_text = tx.agent_view_text(actor)
+    base_format, base = _parse_view(base_text) if base_text else (None, None)
+    current = tx.state.todos
+    notes = others_changes(base, current, caps) if sees_response else []
+    p = plan(current, base, write)
+    for num in p.removes:
+        tx.remove_todo(num, reason=f"omitted by {actor}'s write", ts=ts, ref=ref)
+    created: dict[int, int] = {}
+    for c in p.creates:
+        it = c.item
+        t = tx.create_todo(it.content, status=it.status, priority=it.priority or "medium",
+                           active_form=it.active_form, position=c.position, origin=origin,
+                           ts=ts, ref=ref)
+        created[c.index] = t.num
+    for num, changes in p.updates.items():
+        tx.update_todo(num, ts=ts, ref=ref, **changes)
+    agent_ids = {num: write.items[i].agent_id for i, num in {**p.matched, **created}.items()
+                 if write.items[i].agent_id}
+    if sees_response:
+        view = view_of(list(tx.state.todos.values()), caps, agent_ids)
+    else:
+        view = sent_view(write, p.matched, created)
+    if base is None or base_format != caps.name or tuple(view) != base:
+        tx.set_agent_view(actor, {"format": caps.name, "items": view}, ts=ts)
+    for num in p.kept:
+        t = tx.state.todos[num]
+        notes.append(f"kept t{num} {t.content!r}: added by {t.origin}, "
+                     "agents do not remove it")
+    todos = sorted(tx.state.todos.values(), key=lambda t: (t.position, t.num))
+    return WriteResult(caps=caps, todos=todos, view=view, plan=p, events=tx.emitted - first,
+                       notes=notes)
 
 
 @lru_cache(maxsize=256)

@@ -6,6 +6,7 @@ from functools import cached_property
 
 from harness.errors import NoSession
 from harness.paths import DEFAULT_SESSION, Resolved, resolve_session, resolve_store
+from state.errors import InvalidChange
 from state.models import SessionRow
 from state.store import Store
 
@@ -38,7 +39,10 @@ class Harness:
                 raise NoSession(f"no session named {src.value!r} (from {src.how})",
                                 where=self.store.where,
                                 hint=f"create it with `harness session new {src.value}`")
-            self.store.create_session(src.value, actor="human")
+            try:
+                self.store.create_session(src.value, actor="human")
+            except InvalidChange:
+                pass  # another process created it since we looked: use theirs
             row = self.store.session_by_name(src.value)
             assert row is not None
         self._session = row

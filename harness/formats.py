@@ -60,6 +60,9 @@ OPENCODE_IDS = Capabilities("opencode", _BASIC | {"cancelled"}, True, False, Tru
 CLAUDE_V1 = Capabilities("claude", _BASIC, True, False, True)
 CLAUDE_V2 = Capabilities("claude", _BASIC, False, True, False)
 CODEX = Capabilities("codex", _BASIC, False, False, False)
+# Claude Code >= 2.1.142 task tools (TaskCreate/TaskUpdate): ids and an active form, no
+# priority. Importers build the whole list from the per-task calls.
+CLAUDE_TASKS = Capabilities("claude", _BASIC, False, True, True)
 
 
 class Item(NamedTuple):

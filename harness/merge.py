@@ -13,7 +13,8 @@ of that, BRIEF section 3's rules:
 
 * items match by id when the format has ids; else by exact content, then normalised content,
   then the same position with similar text (base first, then ours);
-* unmatched incoming items are created; unmatched agent items the agent knew are removed;
+* unmatched incoming items are created; unmatched agent items the agent knew are removed
+  (on its first write it knew none, so a second agent joining a session removes nothing);
 * items a person (or the pipeline) added are never removed by an agent's omission;
 * a format that cannot say ``blocked`` does not unblock by resending ``pending`` (nor
   un-cancel, if it cannot say ``cancelled``);
@@ -115,10 +116,11 @@ def match(current: Mapping[int, TodoState], base: Sequence[ViewItem] | None,
         by_text(key, cur_pool)
 
     # Same position with similar text: the agent reworded one of its own items in place.
-    # Only agent items count, so a person's item is never taken over by a look-alike.
-    ordered = [b.num for b in base] if base else [
-        t.num for t in sorted(current.values(), key=lambda t: t.position)]
-    ordered = [n for n in ordered if current[n].origin not in _PROTECTED_ORIGINS]
+    # Only items in its view count (on a first write there are none), and only agent
+    # items, so neither a person's item nor another agent's is taken over by a look-alike.
+    if not base:
+        return result
+    ordered = [b.num for b in base if current[b.num].origin not in _PROTECTED_ORIGINS]
     for i, it in enumerate(items):
         if i in result or i >= len(ordered):
             continue
@@ -151,9 +153,10 @@ def plan(current: Mapping[int, TodoState], base: Sequence[ViewItem] | None,
             continue
         if todo.origin in _PROTECTED_ORIGINS:
             out.kept.append(num)
-        elif base is None or num in base_by_num:
+        elif num in base_by_num:
             out.removes.append(num)
-        # An agent item this agent never saw (another agent's) stays.
+        # An agent item this agent never saw stays: another agent's, or anything at all on
+        # this agent's first write (it cannot mean to drop what it was never shown).
     _positions(current, base_by_num, items, out)
     return out
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.errors import InputError, UsageError
-from harness.formats import normalize_priority
+from harness.formats import agent_status, caps_named, normalize_priority
 from state.fold import PRIORITIES, STATUS_GROUP, TodoState
 from state.store import Store, Tx
 
@@ -108,14 +108,15 @@ def set_depends(store: Store, session_id: int, ident: str | int, depends_on: Seq
     with store.write(session_id, actor) as tx:
         for d in deps:
             tx.todo(d)
-        if _reaches(tx, deps, num):
+        if reaches(tx, deps, num):
             raise InputError(f"t{num} cannot depend on {', '.join(f't{d}' for d in deps)}: "
                              "that makes a cycle")
         diff = tx.update_todo(num, depends_on=deps)
         return Outcome(todo=tx.todo(num), changed=diff)
 
 
-def _reaches(tx: Tx, starts: Sequence[int], target: int) -> bool:
+def reaches(tx: Tx, starts: Sequence[int], target: int) -> bool:
+    """Whether ``target`` is among ``starts`` or what they (transitively) depend on."""
     seen: set[int] = set()
     stack = list(starts)
     while stack:
@@ -185,3 +186,57 @@ def move(store: Store, session_id: int, ident: str | int, *, up: bool = False,
             pos = (before + after) / 2
         diff = tx.update_todo(num, position=pos)
         return Outcome(todo=tx.todo(num), changed=diff)
+
+
+def update_item(store: Store, session_id: int, ident: str | int, *, status: str | None = None,
+                priority: str | None = None, blocked_reason: str | None = None,
+                actor: str = HUMAN) -> Outcome:
+    """One item's status, priority and/or blocked reason, in one event.
+
+    A reason without a status blocks the item (or rewords the reason of a blocked one);
+    any status but ``blocked`` clears the reason. Everything is checked before anything
+    is written. When ``actor`` is an agent with a stored view of the list, the view learns
+    the change too, so the agent's next full-list write does not report it back as
+    someone else's.
+    """
+    if status is None and priority is None and blocked_reason is None:
+        raise UsageError("say what to change: a status, a priority or a blocked reason")
+    if status is not None and status not in STATUS_GROUP:
+        raise InputError(f"unknown status {status!r} (expected one of "
+                         f"{', '.join(STATUS_GROUP)})")
+    if blocked_reason is not None and not blocked_reason.strip():
+        raise InputError("a blocked reason needs some text")
+    if status is None and blocked_reason is not None:
+        status = "blocked"
+    if status == "blocked" and blocked_reason is None:
+        raise UsageError("blocking needs a reason")
+    prio = normalize_priority(priority) if priority is not None else None
+    num = parse_id(ident)
+    changes: dict[str, object] = {}
+    if status is not None:
+        changes["status"] = status
+        changes["blocked_reason"] = blocked_reason if status == "blocked" else None
+    if prio is not None:
+        changes["priority"] = prio
+    with store.write(session_id, actor) as tx:
+        diff = tx.update_todo(num, **changes)
+        if diff and actor.startswith("agent:"):
+            _patch_view(tx, actor, tx.todo(num))
+        return Outcome(todo=tx.todo(num), changed=diff)
+
+
+def _patch_view(tx: Tx, actor: str, todo: TodoState) -> None:
+    view = tx.agent_view(actor)
+    if not isinstance(view, dict) or not isinstance(view.get("items"), list):
+        return
+    fmt = view.get("format")
+    caps = caps_named(fmt) if fmt in ("opencode", "claude", "codex") else None
+    touched = False
+    for row in view["items"]:
+        if isinstance(row, list) and row and row[0] == todo.num:
+            row[2] = agent_status(todo.status, caps) if caps else todo.status
+            if len(row) > 3 and row[3] is not None:
+                row[3] = todo.priority
+            touched = True
+    if touched:
+        tx.set_agent_view(actor, view)

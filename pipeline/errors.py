@@ -6,16 +6,20 @@ The tree, drawn once::
     ├── SpecError                 a pipeline YAML that does not validate (file, stage, field)
     ├── ActionError               a built-in action that cannot proceed (bad input file, shape)
     ├── ExecutorError             a command or transfer on a host failed
+    │   ├── CommandFailed         a command exited non-zero (``result`` has the evidence)
     │   ├── HostUnreachable       exit 3: cannot connect / authenticate to a host
     │   └── CommandTimeout        exit 4: a command outlived its timeout
     └── JobError                  a detached job's files are missing or inconsistent
 
 Every error carries ``message`` and optionally ``where`` (a file, a stage, a host) and
-``hint`` (what to do). The harness CLI renders them on one line; the pipeline layer never
+``hint`` (what to do). Executor errors about a command also carry ``result`` (the redacted
+command, exit code, stdout, stderr), as invoke's and fabric's failures do. The harness CLI renders them on one line; the pipeline layer never
 prints tracebacks for them. Standard library only: this module ships to bare GPU hosts.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class PipelineError(Exception):
@@ -41,11 +45,26 @@ class ActionError(PipelineError):
 
 
 class ExecutorError(PipelineError):
+    def __init__(self, message: str, *, where: str | None = None, hint: str | None = None,
+                 result: Any = None):
+        super().__init__(message, where=where, hint=hint)
+        #: The :class:`pipeline.executor.Result` of the command, when there was one.
+        self.result = result
+
+
+class CommandFailed(ExecutorError):
     pass
 
 
 class HostUnreachable(ExecutorError):
     exit_code = 3
+
+    def __init__(self, message: str, *, where: str | None = None, hint: str | None = None,
+                 retryable: bool = True):
+        super().__init__(message, where=where, hint=hint)
+        #: False for failures that waiting will not fix (bad host key, refused credentials),
+        #: so reconnect loops give up at once instead of burning their budget.
+        self.retryable = retryable
 
 
 class CommandTimeout(ExecutorError):

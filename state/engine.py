@@ -85,8 +85,10 @@ def _on_sqlite_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
 
 
 def _on_sqlite_begin(conn: Any) -> None:
-    # ORM/Core transactions on SQLite are readers; writers use BEGIN IMMEDIATE explicitly.
-    conn.exec_driver_sql("BEGIN")
+    # ORM/Core transactions on SQLite are readers; writers use BEGIN IMMEDIATE explicitly,
+    # or ask for it with the ``write_lock`` execution option (migrations do).
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write_lock")
+                         else "BEGIN")
 
 
 def make_engine(url: str) -> Engine:

@@ -70,6 +70,10 @@ class RunState:
     started_at: str | None = None
     ended_at: str | None = None
     result: dict[str, Any] | None = None
+    # How to find the job again from any process: its key on the host and the host entry.
+    job: dict[str, Any] | None = None
+    # Which runner watches it ("hostname:pid"), so a second runner keeps its hands off.
+    owner: str | None = None
 
 
 RUN_MUTABLE: tuple[str, ...] = tuple(

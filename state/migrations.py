@@ -10,6 +10,7 @@ this code does not know was written by a newer harness: we refuse to touch it.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 
@@ -34,6 +35,22 @@ def migration(name: str) -> Callable[[MigrationFn], MigrationFn]:
 def _baseline(conn: Connection) -> None:
     tables = [m.__table__ for m in models.ALL_TABLES if m is not models.Migration]
     SQLModel.metadata.create_all(conn, tables=tables)  # type: ignore[arg-type]
+
+
+@migration("002_store_id")
+def _store_id(conn: Connection) -> None:
+    """A random id for this store, so that two stores sharing a GPU host's workdir never
+    mistake each other's jobs (run directories are keyed by it)."""
+    has = conn.execute(text("SELECT value FROM meta WHERE key = 'store_id'")).first()
+    if has is None:
+        conn.execute(text("INSERT INTO meta (key, value) VALUES ('store_id', :v)"),
+                     {"v": uuid.uuid4().hex})
+
+
+@migration("003_import_sources")
+def _import_sources(conn: Connection) -> None:
+    # A database made by 001 from today's models has it already: create only if missing.
+    models.ImportRow.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
 
 
 def _now() -> str:

@@ -2,7 +2,8 @@
 
 ``events`` is the truth (append-only). ``todos``, ``runs``, ``verifications`` and
 ``artifacts`` are projections of it, written in the same transaction as each event.
-``snapshots`` make "state at event N" a seek. ``agent_views`` keep each agent's last
+``snapshots`` make "state at event N" a seek. ``imports`` remembers which transcript
+items were imported, so importing a file twice adds nothing. ``agent_views`` keep each agent's last
 written list, the base of the three-way merge of its next write. ``run_logs`` holds job
 output by byte offset; logs are data, not events.
 
@@ -95,6 +96,8 @@ class RunRow(SQLModel, table=True):
     started_at: str | None = None
     ended_at: str | None = None
     result: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    job: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    owner: str | None = None
 
 
 class RunLogRow(SQLModel, table=True):
@@ -151,7 +154,21 @@ class AgentViewRow(SQLModel, table=True):
     updated_at: str
 
 
+class ImportRow(SQLModel, table=True):
+    """One imported source item (a transcript's tool-call id): imports are idempotent.
+
+    A table of its own rather than an index on ``events.ref``: an index there would cost
+    every event write a page, while only imports ask the question.
+    """
+
+    __tablename__ = "imports"
+    source_key: str = Field(primary_key=True)
+    session_id: int = Field(foreign_key="sessions.id")
+    n: int
+    imported_at: str
+
+
 ALL_TABLES = [
     Migration, Meta, SessionRow, EventRow, TodoRow, RunRow, RunLogRow, VerificationRow,
-    ArtifactRow, SnapshotRow, AgentViewRow,
+    ArtifactRow, SnapshotRow, AgentViewRow, ImportRow,
 ]

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime, timezone
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -57,7 +58,6 @@ from state.models import (
     RunLogRow,
     RunRow,
     SessionRow,
-    SnapshotRow,
     TodoRow,
     VerificationRow,
 )
@@ -98,6 +98,8 @@ def dumps(obj: Any) -> str:
 _TODO_COLS = ("num", "content", "active_form", "status", "priority", "position", "stage",
               "depends_on", "blocked_reason", "origin", "created_at", "updated_at")
 _RUN_COLS = tuple(f.name for f in fields(RunState))
+_EVENT_COLS = "seq, session_id, n, ts, actor, kind, todo_id, payload, ref"
+_RUN_JSON = ("result", "job")
 
 _SQL: dict[str, str] = {
     "max_seq": "SELECT seq FROM events ORDER BY seq DESC LIMIT 1",
@@ -127,7 +129,18 @@ _SQL: dict[str, str] = {
                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     "insert_artifact": "INSERT INTO artifacts (id, session_id, run_id, todo_id, path, sha256, "
                        "size, kind, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "last_snapshot": "SELECT state FROM snapshots WHERE session_id = ? ORDER BY n DESC LIMIT 1",
+    "snapshot_at": "SELECT state FROM snapshots WHERE session_id = ? AND n <= ? "
+                   "ORDER BY n DESC LIMIT 1",
+    "events_after": f"SELECT {_EVENT_COLS} FROM events WHERE session_id = ? AND n > ? ORDER BY n",
+    "events_between": f"SELECT {_EVENT_COLS} FROM events WHERE session_id = ? AND n > ? "
+                      "AND n <= ? ORDER BY n",
     "insert_snapshot": "INSERT INTO snapshots (session_id, n, seq, state) VALUES (?, ?, ?, ?)",
+    "insert_source": "INSERT INTO imports (source_key, session_id, n, imported_at) "
+                     "VALUES (?, ?, ?, ?) ON CONFLICT (source_key) DO UPDATE SET "
+                     "session_id = excluded.session_id, n = excluded.n, "
+                     "imported_at = excluded.imported_at",
+    "get_source": "SELECT session_id, n FROM imports WHERE source_key = ?",
     "get_view": "SELECT view FROM agent_views WHERE session_id = ? AND actor = ?",
     "upsert_view": "INSERT INTO agent_views (session_id, actor, view, updated_at) VALUES "
                    "(?, ?, ?, ?) ON CONFLICT (session_id, actor) DO UPDATE SET "
@@ -139,8 +152,12 @@ _SQL: dict[str, str] = {
     "max_id_runs": "SELECT id FROM runs ORDER BY id DESC LIMIT 1",
     "max_id_verifications": "SELECT id FROM verifications ORDER BY id DESC LIMIT 1",
     "max_id_artifacts": "SELECT id FROM artifacts ORDER BY id DESC LIMIT 1",
-    "insert_log": "INSERT INTO run_logs (run_id, start, data) VALUES (?, ?, ?)",
+    # A second watcher re-reading the same bytes must not fail the write.
+    "insert_log": "INSERT INTO run_logs (run_id, start, data) VALUES (?, ?, ?) "
+                  "ON CONFLICT (run_id, start) DO NOTHING",
     "update_session_pipeline": "UPDATE sessions SET pipeline = ? WHERE id = ?",
+    "upsert_meta": "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+                   "SET value = excluded.value",
 }
 
 
@@ -159,15 +176,27 @@ def _todo_values(t: TodoState) -> list[Any]:
 
 
 def _run_from_row(row: Sequence[Any]) -> RunState:
-    data = dict(zip(_RUN_COLS, row, strict=False))
-    data["result"] = json.loads(data["result"]) if data["result"] else None
+    data = dict(zip(_RUN_COLS, row, strict=True))
+    for name in _RUN_JSON:
+        data[name] = json.loads(data[name]) if data[name] else None
     return RunState(**data)
 
 
 def _run_values(r: RunState) -> list[Any]:
     values = [getattr(r, c) for c in _RUN_COLS]
-    values[_RUN_COLS.index("result")] = dumps(r.result) if r.result is not None else None
+    for name in _RUN_JSON:
+        i = _RUN_COLS.index(name)
+        values[i] = dumps(values[i]) if values[i] is not None else None
     return values
+
+
+def _verification_values(v: VerificationState, sid: int) -> tuple[Any, ...]:
+    return (v.id, sid, v.todo_id, v.run_id, v.kind, v.artifact, v.sha256, v.passed, v.verdict,
+            dumps(v.checks), dumps(v.metrics), dumps(v.gate), v.created_at)
+
+
+def _artifact_values(a: ArtifactState, sid: int) -> tuple[Any, ...]:
+    return (a.id, sid, a.run_id, a.todo_id, a.path, a.sha256, a.size, a.kind, a.created_at)
 
 
 class Tx:
@@ -188,6 +217,10 @@ class Tx:
         self._logs: list[tuple[int, int, str]] = []
         self._existing_todos: set[int] = set()
         self._existing_runs: set[int] = set()
+        self._snapshots: list[tuple[int, int, int, str]] = []
+        self._sources: list[tuple[str, int, int, str]] = []
+        self._source_keys: set[str] = set()
+        self.emitted = 0
         self._load()
 
     # -- loading -------------------------------------------------------------------------
@@ -215,21 +248,23 @@ class Tx:
         self._start_n = n
         self._existing_todos = set(todos)
 
-    def _load_runs(self) -> None:
+    def load_runs(self) -> dict[int, RunState]:
+        """The session's runs (loaded once per transaction, on first use)."""
         if self._runs_loaded:
-            return
+            return self.state.runs
         self._cur.execute(self._q["load_runs"], (self.session_id,))
         for row in self._cur.fetchall():
             run = _run_from_row(row)
             self.state.runs[run.id] = run
         self._existing_runs = set(self.state.runs)
         self._runs_loaded = True
+        return self.state.runs
 
     # -- emitting ------------------------------------------------------------------------
     def emit(self, kind: str, *, todo_id: int | None = None, payload: dict[str, Any] | None = None,
              ts: str | None = None, ref: str | None = None, actor: str | None = None) -> Event:
         if kind.startswith("run."):
-            self._load_runs()
+            self.load_runs()
         self._seq += 1
         ev = Event(seq=self._seq, session_id=self.session_id, n=self.state.n + 1,
                    ts=ts or utcnow(), actor=actor or self.actor, kind=kind, todo_id=todo_id,
@@ -237,6 +272,11 @@ class Tx:
         for key in apply(self.state, ev):
             self._touched[key] = None
         self.events.append(ev)
+        self.emitted += 1
+        if ev.n % SNAPSHOT_EVERY == 0:
+            # Exactly every K events, however many one transaction holds, so a seek never
+            # folds more than K - 1 events.
+            self._snapshot()
         return ev
 
     def new_id(self, table: str) -> int:
@@ -323,7 +363,7 @@ class Tx:
 
     def update_run(self, run_id: int, *, ts: str | None = None,
                    **changes: Any) -> dict[str, list[Any]]:
-        self._load_runs()
+        self.load_runs()
         run = self.state.runs.get(run_id)
         if run is None:
             raise NotFound(f"unknown run r{run_id}")
@@ -355,8 +395,12 @@ class Tx:
         """Job output is data, not history: it is stored without an event."""
         self._logs.append((run_id, offset, data))
 
-    def set_session_pipeline(self, pipeline: str) -> None:
+    def set_session_pipeline(self, pipeline: str, spec_path: str | None = None) -> None:
+        """Name the session's pipeline (and remember its spec file, for `run_stage`)."""
         self._cur.execute(self._q["update_session_pipeline"], (pipeline, self.session_id))
+        if spec_path is not None:
+            self._cur.execute(self._q["upsert_meta"],
+                              (f"pipeline_spec:{self.session_id}", spec_path))
 
     # -- agent views (the base of the three-way merge) ----------------------------------
     def agent_view_text(self, actor: str) -> str | None:
@@ -369,10 +413,12 @@ class Tx:
         raw = self.agent_view_text(actor)
         return json.loads(raw) if raw else None
 
-    def set_agent_view(self, actor: str, view: Any) -> None:
-        text_ = json.dumps(view, ensure_ascii=False, separators=(",", ":"))
+    def set_agent_view(self, actor: str, view: Any, *, ts: str | None = None) -> None:
+        text_ = view if isinstance(view, str) else json.dumps(view, ensure_ascii=False,
+                                                                separators=(",", ":"))
         self._views[actor] = text_
-        self._cur.execute(self._q["upsert_view"], (self.session_id, actor, text_, utcnow()))
+        self._cur.execute(self._q["upsert_view"], (self.session_id, actor, text_,
+                                                   ts or utcnow()))
 
     # -- flushing ------------------------------------------------------------------------
     def _flush(self) -> None:
@@ -408,27 +454,54 @@ class Tx:
                     self._existing_runs.add(key)
             elif kind == "verification":
                 v = st.verifications[key]
-                cur.execute(q["insert_verification"], (
-                    v.id, sid, v.todo_id, v.run_id, v.kind, v.artifact, v.sha256, v.passed,
-                    v.verdict, dumps(v.checks), dumps(v.metrics), dumps(v.gate), v.created_at))
+                cur.execute(q["insert_verification"], _verification_values(v, sid))
             elif kind == "artifact":
                 a = st.artifacts[key]
-                cur.execute(q["insert_artifact"], (a.id, sid, a.run_id, a.todo_id, a.path,
-                                                   a.sha256, a.size, a.kind, a.created_at))
+                cur.execute(q["insert_artifact"], _artifact_values(a, sid))
         if self._logs:
             cur.executemany(q["insert_log"], self._logs)
-        if st.n // SNAPSHOT_EVERY > self._start_n // SNAPSHOT_EVERY:
-            self._snapshot()
+        if self._snapshots:
+            cur.executemany(q["insert_snapshot"], self._snapshots)
+        if self._sources:
+            cur.executemany(q["insert_source"], self._sources)
+
+    def flush(self) -> None:
+        """Write everything emitted so far and keep the transaction open.
+
+        A long import calls this now and then so that its memory stays bounded; the
+        transaction still commits or rolls back as a whole.
+        """
+        self._flush()
+        self.events = []
+        self._touched = {}
+        self._logs = []
+        self._snapshots = []
+        self._sources = []
 
     def _snapshot(self) -> None:
-        self._load_runs()
+        self.load_runs()
         st = self.state
-        # Verifications and artifacts are append-only; read them whole for the snapshot.
+        # Verifications and artifacts are append-only; read them whole for the snapshot
+        # (those emitted in this transaction are in the state already).
         full = self.store._full_extras(self._cur, self.session_id)
         st.verifications.update({v.id: v for v in full[0] if v.id not in st.verifications})
         st.artifacts.update({a.id: a for a in full[1] if a.id not in st.artifacts})
-        self._cur.execute(self._q["insert_snapshot"],
-                          (self.session_id, st.n, self._seq, dumps(st.to_json())))
+        self._snapshots.append((self.session_id, st.n, self._seq, dumps(st.to_json())))
+
+    # -- import sources (idempotent imports) ---------------------------------------------
+    def source_seen(self, key: str) -> tuple[int, int] | None:
+        """(session id, event number) where source ``key`` was imported, or None."""
+        if key in self._source_keys:
+            return self.session_id, self.state.n
+        self._cur.execute(self._q["get_source"], (key,))
+        row = self._cur.fetchone()
+        return (row[0], row[1]) if row else None
+
+    def record_source(self, key: str) -> None:
+        """Remember that source ``key`` (a transcript's tool-call id, an exported session)
+        is imported, up to this session's current event."""
+        self._sources.append((key, self.session_id, self.state.n, utcnow()))
+        self._source_keys.add(key)
 
 
 def _check_status(status: str) -> None:
@@ -462,18 +535,30 @@ class Store:
         store = cls(url)
         try:
             with store._errors(), store.engine.begin() as conn:
-                if migrate:
-                    migrations.upgrade(conn, store.where)
-                else:
-                    todo = migrations.pending(conn, store.where)
-                    if todo:
-                        raise StoreError(
-                            f"database needs {len(todo)} migration(s)", where=store.where,
-                            hint="run `harness db upgrade`")
+                todo = migrations.pending(conn, store.where)
+                if todo and not migrate:
+                    raise StoreError(
+                        f"database needs {len(todo)} migration(s)", where=store.where,
+                        hint="run `harness db upgrade`")
+            if todo:
+                # Migrate holding the write lock from the start: two processes opening a
+                # new store at once would otherwise both read "no tables", and the second
+                # to write fails at once (busy_timeout does not help a reader that writes).
+                with store._errors(), store.engine.connect() as conn:
+                    conn = conn.execution_options(write_lock=True)
+                    with conn.begin():
+                        migrations.upgrade(conn, store.where)
         except BaseException:
             store.close()
             raise
         return store
+
+    @cached_property
+    def store_id(self) -> str:
+        """This store's random id (migration ``002_store_id``)."""
+        with self._errors(), self.engine.connect() as conn:
+            return str(conn.execute(text("SELECT value FROM meta WHERE key = 'store_id'"))
+                       .scalar_one())
 
     def close(self) -> None:
         if self._writer_conn is not None:
@@ -541,7 +626,9 @@ class Store:
         self._writer_lock.release()
 
     @contextmanager
-    def write(self, session_id: int, actor: str, *, ref: str | None = None) -> Iterator[Tx]:
+    def _locked(self) -> Iterator[Any]:
+        """A DB-API cursor in a transaction that holds the store's write lock from its
+        first statement. Commits on a normal exit, rolls back on any exception."""
         with self._errors():
             raw, kept = self._writer()
             broken = False
@@ -550,9 +637,7 @@ class Store:
                 sqlite = self.dialect == "sqlite"
                 cur.execute(write_lock_sql(self.dialect))
                 try:
-                    tx = Tx(self, cur, session_id, actor, ref)
-                    yield tx
-                    tx._flush()
+                    yield cur
                 except BaseException:
                     if sqlite:
                         cur.execute("ROLLBACK")
@@ -563,54 +648,62 @@ class Store:
                     cur.execute("COMMIT")
                 else:
                     raw.commit()
-                self._todo_cache[session_id] = (tx.state.n, tx.state.todos)
             except self._dbapi_error:
                 broken = True
                 raise
             finally:
                 self._release(raw, kept, broken)
 
+    @contextmanager
+    def write(self, session_id: int, actor: str, *, ref: str | None = None) -> Iterator[Tx]:
+        with self._locked() as cur:
+            tx = Tx(self, cur, session_id, actor, ref)
+            yield tx
+            tx._flush()
+        self._todo_cache[session_id] = (tx.state.n, tx.state.todos)
+
+    @contextmanager
+    def write_new(self, name: str, *, actor: str, pipeline: str | None = None,
+                  parent_id: int | None = None, fork_n: int | None = None,
+                  ts: str | None = None, ref: str | None = None,
+                  created_by: str | None = None) -> Iterator[Tx]:
+        """Create session ``name`` and write to it as ``actor``, in one transaction: a
+        failed import or fork leaves no empty session behind. ``created_by`` is the actor
+        of the ``session.created`` event (default ``actor``)."""
+        if not name or not name.strip():
+            raise InvalidChange("a session needs a name")
+        with self._locked() as cur:
+            cur.execute(self._q["session_id"], (name,))
+            if cur.fetchone():
+                raise InvalidChange(f"session {name!r} already exists")
+            created = ts or utcnow()
+            cur.execute(self._q["insert_session"], (name, created, pipeline, parent_id, fork_n))
+            cur.execute(self._q["session_id"], (name,))
+            sid = cur.fetchone()[0]
+            tx = Tx(self, cur, sid, actor, ref)
+            payload: dict[str, Any] = {"name": name}
+            if pipeline:
+                payload["pipeline"] = pipeline
+            if parent_id is not None:
+                payload["parent_id"] = parent_id
+                payload["fork_n"] = fork_n
+            tx.emit("session.created", payload=payload, ts=created, actor=created_by)
+            yield tx
+            tx._flush()
+        self._todo_cache[sid] = (tx.state.n, tx.state.todos)
+
     def create_session(self, name: str, *, actor: str, pipeline: str | None = None,
                        parent_id: int | None = None, fork_n: int | None = None,
                        ts: str | None = None) -> int:
-        if not name or not name.strip():
-            raise InvalidChange("a session needs a name")
-        with self._errors():
-            raw = self.engine.raw_connection()
-            try:
-                cur = raw.cursor()
-                cur.execute(write_lock_sql(self.dialect))
-                try:
-                    cur.execute(self._q["session_id"], (name,))
-                    if cur.fetchone():
-                        raise InvalidChange(f"session {name!r} already exists")
-                    created = ts or utcnow()
-                    cur.execute(self._q["insert_session"],
-                                (name, created, pipeline, parent_id, fork_n))
-                    cur.execute(self._q["session_id"], (name,))
-                    sid = cur.fetchone()[0]
-                    tx = Tx(self, cur, sid, actor, None)
-                    payload: dict[str, Any] = {"name": name}
-                    if pipeline:
-                        payload["pipeline"] = pipeline
-                    if parent_id is not None:
-                        payload["parent_id"] = parent_id
-                        payload["fork_n"] = fork_n
-                    tx.emit("session.created", payload=payload, ts=created)
-                    tx._flush()
-                except BaseException:
-                    if self.dialect == "sqlite":
-                        cur.execute("ROLLBACK")
-                    else:
-                        raw.rollback()
-                    raise
-                if self.dialect == "sqlite":
-                    cur.execute("COMMIT")
-                else:
-                    raw.commit()
-                return sid
-            finally:
-                raw.close()
+        with self.write_new(name, actor=actor, pipeline=pipeline, parent_id=parent_id,
+                            fork_n=fork_n, ts=ts) as tx:
+            return tx.session_id
+
+    def source_seen(self, key: str) -> tuple[int, int] | None:
+        """(session id, event number) where import source ``key`` went, or None."""
+        with self._errors(), self.engine.connect() as conn:
+            row = conn.exec_driver_sql(self._q["get_source"], (key,)).first()
+        return (row[0], row[1]) if row else None
 
     # -- reading ------------------------------------------------------------------------
     @contextmanager
@@ -690,23 +783,56 @@ class Store:
             return s.exec(select(func.coalesce(func.max(EventRow.n), 0))
                           .where(EventRow.session_id == session_id, EventRow.ts <= ts)).one()
 
+    @contextmanager
+    def _reader(self) -> Iterator[Any]:
+        """A DB-API cursor on a pooled connection, for the read paths where the ORM's
+        per-row cost would dominate (replay folds thousands of events)."""
+        with self._errors():
+            raw = self.engine.raw_connection()
+            try:
+                yield raw.cursor()
+            finally:
+                raw.close()
+
     def state_at(self, session_id: int, n: int | None = None) -> SessionState:
         """The session as it was just after event ``n`` (default: now).
 
-        Seeks the nearest snapshot at or before ``n`` and folds forward from there.
+        Seeks the nearest snapshot at or before ``n`` and folds forward from there (at
+        most ``SNAPSHOT_EVERY - 1`` events).
         """
-        with self._orm() as s:
-            q = select(SnapshotRow).where(SnapshotRow.session_id == session_id)
-            if n is not None:
-                q = q.where(SnapshotRow.n <= n)
-            snap = s.exec(q.order_by(col(SnapshotRow.n).desc()).limit(1)).first()
-        if snap is not None:
-            state = SessionState.from_json(json.loads(snap.state))
-        else:
-            state = SessionState(session_id=session_id)
-        for ev in self.events(session_id, after_n=state.n, upto_n=n):
-            apply(state, ev)
+        q = self._q
+        with self._reader() as cur:
+            if n is None:
+                cur.execute(q["last_snapshot"], (session_id,))
+            else:
+                cur.execute(q["snapshot_at"], (session_id, n))
+            row = cur.fetchone()
+            state = (SessionState.from_json(json.loads(row[0])) if row is not None
+                     else SessionState(session_id=session_id))
+            if n is None:
+                cur.execute(q["events_after"], (session_id, state.n))
+            else:
+                cur.execute(q["events_between"], (session_id, state.n, n))
+            for r in cur.fetchall():
+                apply(state, _event_from_row(r))
         return state
+
+    def iter_events(self, session_id: int, *, after_n: int = 0, upto_n: int | None = None,
+                    batch: int = 2000) -> Iterator[Event]:
+        """A session's events in order, read ``batch`` at a time (bounded memory).
+
+        Event numbers have no gaps, so pages are plain ranges of ``n``.
+        """
+        end = self.last_n(session_id) if upto_n is None else upto_n
+        last = after_n
+        while last < end:
+            hi = min(last + batch, end)
+            with self._reader() as cur:
+                cur.execute(self._q["events_between"], (session_id, last, hi))
+                rows = cur.fetchall()
+            for r in rows:
+                yield _event_from_row(r)
+            last = hi
 
     def runs(self, session_id: int | None = None, *, todo_id: int | None = None) -> list[RunState]:
         with self._orm() as s:
@@ -746,6 +872,19 @@ class Store:
         end = rows[-1].start + len(rows[-1].data.encode()) if rows else offset
         return data, end
 
+    def pipeline_spec(self, session_id: int) -> str | None:
+        """The spec file the session's pipeline was last run from, if any."""
+        with self._errors(), self.engine.connect() as conn:
+            return conn.execute(text("SELECT value FROM meta WHERE key = :k"),
+                                {"k": f"pipeline_spec:{session_id}"}).scalar()
+
+    def log_end(self, run_id: int) -> int:
+        """The byte offset just past the run's stored log (0 if none): where a tail starts."""
+        with self._orm() as s:
+            last = s.exec(select(RunLogRow).where(RunLogRow.run_id == run_id)
+                          .order_by(col(RunLogRow.start).desc()).limit(1)).first()
+        return last.start + len(last.data.encode()) if last is not None else 0
+
     def verifications(self, session_id: int | None = None, *,
                       todo_id: int | None = None) -> list[VerificationState]:
         with self._orm() as s:
@@ -772,6 +911,13 @@ class Store:
             raw = conn.execute(text("SELECT view FROM agent_views WHERE session_id = :s AND "
                                     "actor = :a"), {"s": session_id, "a": actor}).scalar()
         return json.loads(raw) if raw else None
+
+    def agent_views(self, session_id: int) -> list[tuple[str, str, str]]:
+        """(actor, view JSON text, updated_at) for every agent view of the session."""
+        with self._errors(), self.engine.connect() as conn:
+            rows = conn.execute(text("SELECT actor, view, updated_at FROM agent_views WHERE "
+                                     "session_id = :s ORDER BY actor"), {"s": session_id})
+            return [(r[0], r[1], r[2]) for r in rows]
 
     def _full_extras(self, cur: Any, session_id: int) -> tuple[list[VerificationState],
                                                              list[ArtifactState]]:
@@ -824,6 +970,11 @@ def _todo_from_model(r: TodoRow) -> TodoState:
                      origin=r.origin, created_at=r.created_at, updated_at=r.updated_at)
 
 
+def _event_from_row(r: Sequence[Any]) -> Event:
+    return Event(seq=r[0], session_id=r[1], n=r[2], ts=r[3], actor=r[4], kind=r[5],
+                 todo_id=r[6], payload=json.loads(r[7]), ref=r[8])
+
+
 def _event_from_model(r: EventRow) -> Event:
     return Event(seq=r.seq, session_id=r.session_id, n=r.n, ts=r.ts, actor=r.actor, kind=r.kind,
                  todo_id=r.todo_id, payload=json.loads(r.payload), ref=r.ref)
@@ -831,7 +982,8 @@ def _event_from_model(r: EventRow) -> Event:
 
 def _run_from_model(r: RunRow) -> RunState:
     data = {c: getattr(r, c) for c in _RUN_COLS}
-    data["result"] = json.loads(r.result) if r.result else None
+    for name in _RUN_JSON:
+        data[name] = json.loads(data[name]) if data[name] else None
     return RunState(**data)
 
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real SQLite store on disk, and the real CLI run in-process."""
+"""Shared fixtures: a real SQLite store on disk, the real CLI run in-process, and a real
+sshd on 127.0.0.1 (tests/sshd.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from state.store import Store
+from tests.sshd import ssh_host, sshd  # noqa: F401  (real-sshd fixtures, re-exported)
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

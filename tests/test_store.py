@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import inspect
 from sqlmodel import SQLModel
 
+from state import migrations
 from state import store as store_mod
 from state.errors import InvalidChange
 from state.fold import SessionState, apply
@@ -30,7 +31,8 @@ def test_schema_matches_models_and_is_recorded(store: Store) -> None:
         assert cols == {c.name for c in table.columns}, table.name
     with store.engine.connect() as conn:
         names = [r[0] for r in conn.exec_driver_sql("SELECT name FROM migrations")]
-    assert names == ["001_baseline"]
+    assert names == [name for name, _ in migrations.MIGRATIONS]
+    assert names[:3] == ["001_baseline", "002_store_id", "003_import_sources"]
     assert set(SQLModel.metadata.tables) >= {m.__table__.name for m in ALL_TABLES}
 
 

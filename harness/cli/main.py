@@ -13,11 +13,20 @@ from collections.abc import Sequence
 import click
 
 from harness import __version__
-from harness.cli import agent_cmds, session_cmds, todo_cmds, tui_cmd
+from harness.cli import (
+    agent_cmds,
+    agent_io_cmds,
+    replay_cmds,
+    run_cmds,
+    session_cmds,
+    todo_cmds,
+    tui_cmd,
+)
 from harness.cli.common import CONTEXT_SETTINGS, close_harness, common_options
 from harness.errors import EXIT_INTERRUPTED, EXIT_USAGE, KNOWN_ERRORS, exit_code, render
 
-COMMAND_MODULES = [session_cmds, todo_cmds, agent_cmds, tui_cmd]
+COMMAND_MODULES = [session_cmds, todo_cmds, agent_cmds, run_cmds, agent_io_cmds, replay_cmds,
+                   tui_cmd]
 
 
 @click.group(context_settings=CONTEXT_SETTINGS, invoke_without_command=True)

@@ -9,6 +9,7 @@ import click
 from harness import todos as uc
 from harness.agent import todo_json
 from harness.cli.common import common_options, emit_json, harness, json_option
+from harness.cli.run_cmds import cancel_run_cmd
 from harness.render import BADGE, GLYPH, SECTION, describe, safe_line, safe_text
 from state.fold import STATUSES, TodoState, board_key, unmet_dependencies
 
@@ -173,7 +174,20 @@ def _status_command(name: str, status: str, doc: str) -> click.Command:
 
 start = _status_command("start", "in_progress", "Mark todo ID in progress.")
 done = _status_command("done", "completed", "Mark todo ID completed.")
-cancel = _status_command("cancel", "cancelled", "Cancel todo ID (kept, shown as cancelled).")
+_cancel_todo = _status_command("cancel", "cancelled", "Cancel todo ID.")
+
+
+@click.command()
+@click.argument("ident", metavar="ID|RUN")
+@common_options
+def cancel(ident: str) -> None:
+    """Cancel todo ID (t12: kept, shown as cancelled), or stop run RUN (r12: kill its
+    process group on its host, record it cancelled, block its todo; for a finished serve
+    run, stop the server it left running)."""
+    if ident.strip().lower().startswith("r"):
+        cancel_run_cmd(ident)
+        return
+    click.get_current_context().invoke(_cancel_todo, todo_id=ident)
 
 
 @click.command()

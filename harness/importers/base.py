@@ -1,0 +1,179 @@
+"""What every importer shares: the items a parser yields, and reading files safely.
+
+A parser reads one file and yields, in order:
+
+* :class:`Call` - one agent todo call, as the :class:`~harness.formats.AgentWrite` it
+  amounts to, with its original time and a ``ref`` back to the source (tool-call id);
+* :class:`Skipped` - something it did not import and why (``malformed`` ones are warned
+  about with their line number; a line that is simply not a todo call is only counted).
+
+Files are read as bytes, a line at a time, with a cap on one line's length, so memory
+stays bounded whatever the file's size.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from harness.errors import InputError
+from harness.formats import AgentWrite
+from state.errors import StoreError
+from state.store import normalize_ts
+
+DEFAULT_MAX_LINE = 64 * 1024 * 1024
+HEAD_BYTES = 64 * 1024
+
+
+def max_line_bytes() -> int:
+    try:
+        return int(os.environ.get("HARNESS_IMPORT_MAX_LINE", DEFAULT_MAX_LINE))
+    except ValueError:
+        return DEFAULT_MAX_LINE
+
+
+@dataclass
+class Call:
+    line: int
+    ts: str | None
+    ref: str
+    key: str  # idempotency: the same source item always has the same key
+    tool: str
+    write: AgentWrite
+
+
+@dataclass
+class Skipped:
+    line: int | None
+    reason: str
+    malformed: bool = False
+
+
+Item = Call | Skipped
+
+
+@dataclass
+class SourceInfo:
+    """What a parser learnt about the source as it read (filled in as it goes)."""
+
+    session_hint: str | None = None  # the agent's own session id
+    first_ts: str | None = None
+    notes: list[str] = field(default_factory=list)
+    lines: int = 0
+
+
+def check_text(head: bytes, where: str) -> None:
+    """Refuse binary files before parsing anything."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputError("UTF-16 text is not supported (expected UTF-8)", where=where,
+                         hint="convert it, e.g. `iconv -f UTF-16 -t UTF-8`")
+    if b"\x00" in head:
+        raise InputError("binary file (NUL bytes): not a transcript", where=where)
+    body = head if len(head) < HEAD_BYTES else head[:-4]  # may end inside a character
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"binary file (not UTF-8 at byte {exc.start}): not a transcript",
+                         where=where) from None
+
+
+def read_lines(fh: IO[bytes]) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes without the newline) for each line; ``None`` for a line over
+    the length cap, which is skipped without being held in memory."""
+    cap = max_line_bytes()
+    num = 0
+    while True:
+        line = fh.readline(cap + 1)
+        if not line:
+            return
+        num += 1
+        if len(line) > cap and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):
+                line = fh.readline(1 << 20)
+            yield num, None
+            continue
+        # Only copy the line when it ends in a newline to strip (json.loads would not
+        # mind it, but the shape checks and the markdown reader would).
+        yield num, (line[:-2] if line.endswith(b"\r\n") else
+                    line[:-1] if line.endswith(b"\n") else line)
+
+
+def to_ts(value: Any) -> str | None:
+    """A source's timestamp (ISO text, epoch seconds or ms) -> ours, or None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return None
+    try:
+        return normalize_ts(value)
+    except (StoreError, ValueError, OverflowError, OSError, TypeError):
+        return None
+
+
+_WS = re.compile(rb"\s+")
+
+
+def preview(raw: bytes, width: int = 60) -> str:
+    text = _WS.sub(b" ", raw[: width * 4]).decode("utf-8", "replace")
+    return text[:width] + ("…" if len(text) > width else "")
+
+
+def json_error(exc: ValueError) -> str:
+    msg = getattr(exc, "msg", None) or str(exc).split(":")[0]
+    col = getattr(exc, "colno", None)
+    return f"malformed JSON ({msg}" + (f" at column {col})" if col else ")")
+
+
+@dataclass
+class ImportReport:
+    """What one file's import did: the summary ``harness import`` prints."""
+
+    path: str
+    format: str = ""
+    session: str | None = None
+    session_created: bool = False
+    calls: int = 0  # todo calls found in the file
+    imported: int = 0  # ... applied now
+    already: int = 0  # ... imported before (idempotent re-import)
+    events: int = 0
+    first_ts: str | None = None
+    last_ts: str | None = None
+    non_todo: int = 0  # lines or values that are not todo calls
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    malformed: list[tuple[int | None, str]] = field(default_factory=list)
+    malformed_count: int = 0
+    notes: list[str] = field(default_factory=list)
+    already_in: str | None = None
+
+    MAX_KEPT = 1000
+
+    def skip(self, item: Skipped) -> None:
+        if item.malformed:
+            self.malformed_count += 1
+            if len(self.malformed) < self.MAX_KEPT:
+                self.malformed.append((item.line, item.reason))
+        else:
+            self.skipped[item.reason] = self.skipped.get(item.reason, 0) + 1
+
+    def saw(self, ts: str | None) -> None:
+        if ts is None:
+            return
+        if self.first_ts is None or ts < self.first_ts:
+            self.first_ts = ts
+        if self.last_ts is None or ts > self.last_ts:
+            self.last_ts = ts
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "format": self.format, "session": self.session,
+            "session_created": self.session_created, "todo_calls": self.calls,
+            "imported": self.imported, "already_imported": self.already,
+            "already_in": self.already_in, "events": self.events,
+            "first_ts": self.first_ts, "last_ts": self.last_ts,
+            "not_todo_calls": self.non_todo, "skipped": self.skipped,
+            "malformed": [{"line": ln, "reason": r} for ln, r in self.malformed],
+            "malformed_count": self.malformed_count, "notes": self.notes,
+        }

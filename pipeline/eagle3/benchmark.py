@@ -1,0 +1,503 @@
+"""Measure the served speedup: the drafter's server against the same target without it.
+
+For each concurrency in ``concurrency`` (e.g. ``[1, 4, 16]``) the fixed prompt set is sent
+to the baseline server, then to the speculative one, ``concurrency`` requests in flight at
+a time, as streaming chat (or completions) requests. Per server and level it measures
+output tokens/s, time to first token (TTFT), time per output token (TPOT) and latency,
+with p50/p90/p99. Around every level it scrapes ``/metrics``; the spec-decode counter
+deltas (:mod:`pipeline.vllm_metrics`) give the acceptance rate, mean acceptance length and
+per-position acceptance. The speedup at each level is spec tokens/s over baseline tokens/s,
+measured in the same run, minutes apart, so the ratio is fair even on a noisy host.
+
+Metrics for a stage ``gate``: ``speedup_c<N>`` (e.g. ``gate: {min_speedup_c1: 1.05}``),
+``speedup_min``, ``throughput_c<N>``, ``baseline_throughput_c<N>``, ``tpot_p50_ms_c<N>``,
+``ttft_p50_ms_c<N>``, ``acceptance_rate``, ``acceptance_length``,
+``acceptance_per_position`` (a list), ``num_drafts``, ``num_draft_tokens``,
+``num_accepted_tokens``, ``requests_failed``; ``levels`` has everything per level, and
+``out`` (default ``bench.json`` beside the result) every request's timings.
+
+Checks: ``requests_ok`` (no failed request), ``spec_decode_metrics`` (the speculative
+server exports the counters and drafted), ``spec_counters_consistent`` (no restart between
+scrapes, counters that add up), ``baseline_not_speculating``. A SIGTERM or Ctrl-C stops
+sending, keeps what was measured (the result says how far it got) and fails the stage.
+
+Prompt files are JSONL: ``{"id", "messages": [...]}`` (chat) or ``{"id", "prompt": "..."}``
+(completion). For the completions endpoint, chat prompts go through the verifier's chat
+template (``tokenizer``: the verifier directory; transformers is imported only then), with
+``enable_thinking`` set from ``reasoning``; for the chat endpoint the server applies it,
+and ``reasoning`` travels as ``chat_template_kwargs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
+from pipeline.errors import ActionError
+from pipeline.openai_client import StreamTiming, get, stream_request
+from pipeline.vllm_metrics import SpecDelta, SpecSnapshot, spec_delta, spec_snapshot
+
+ACTION = "eagle3.benchmark"
+
+
+@dataclass
+class Prompt:
+    id: str
+    messages: list[dict[str, str]] | None = None
+    text: str | None = None
+
+
+def load_prompts(path: Path) -> list[Prompt]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ActionError(f"cannot read the prompt set: {exc.strerror or exc}",
+                          where=str(path)) from None
+    prompts = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise ActionError(f"not JSON: {exc}", where=where) from None
+        if not isinstance(obj, dict):
+            raise ActionError("a prompt must be a JSON object", where=where)
+        pid = str(obj.get("id") or f"line{number}")
+        if isinstance(obj.get("messages"), list):
+            msgs = obj["messages"]
+            if not msgs or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                   and isinstance(m.get("content"), str) for m in msgs):
+                raise ActionError("`messages` must be a list of {role, content} objects",
+                                  where=where)
+            prompts.append(Prompt(pid, messages=msgs))
+        elif isinstance(obj.get("prompt"), str):
+            prompts.append(Prompt(pid, text=obj["prompt"]))
+        else:
+            raise ActionError("expected `messages` (chat) or `prompt` (completion)",
+                              where=where)
+    if not prompts:
+        raise ActionError("the prompt set is empty", where=str(path))
+    return prompts
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    """mean, p50, p90, p99 (linear interpolation, as numpy's default)."""
+    if not values:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    xs = sorted(values)
+
+    def pct(q: float) -> float:
+        pos = (len(xs) - 1) * q
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+    return {"mean": sum(xs) / len(xs), "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99)}
+
+
+@dataclass
+class Level:
+    """One server at one concurrency."""
+
+    role: str
+    url: str
+    concurrency: int
+    requests: int
+    records: list[tuple[int, StreamTiming]] = field(default_factory=list)
+    duration: float = 0.0
+    spec: SpecDelta | None = None
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> list[StreamTiming]:
+        return [r for _, r in self.records if r.ok]
+
+    @property
+    def failed(self) -> list[StreamTiming]:
+        return [r for _, r in self.records if not r.ok]
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_tokens for r in self.ok)
+
+    @property
+    def throughput(self) -> float | None:
+        return self.output_tokens / self.duration if self.duration > 0 and self.ok else None
+
+    def summary(self) -> dict[str, Any]:
+        ms = lambda xs: {k: (None if v is None else round(v * 1000, 3))  # noqa: E731
+                         for k, v in percentiles(xs).items()}
+        ok = self.ok
+        errors = list(dict.fromkeys(r.error or "?" for r in self.failed))[:3]
+        return {
+            "role": self.role, "url": self.url, "concurrency": self.concurrency,
+            "requests": self.requests, "completed": len(ok), "failed": len(self.failed),
+            "interrupted": self.interrupted, "errors": errors,
+            "duration_s": round(self.duration, 4), "output_tokens": self.output_tokens,
+            "output_throughput": None if self.throughput is None else round(self.throughput, 3),
+            "request_throughput": round(len(ok) / self.duration, 4) if self.duration > 0
+            else None,
+            "usage_reported": all(r.usage_reported for r in ok) if ok else None,
+            "ttft_ms": ms([r.ttft for r in ok if r.ttft is not None]),
+            "tpot_ms": ms([r.tpot for r in ok if r.tpot is not None]),
+            "latency_ms": ms([r.latency for r in ok if r.latency is not None]),
+            "spec_decode": self.spec.to_json() if self.spec is not None else None,
+        }
+
+
+class Interrupted(Exception):
+    def __init__(self, level: Level):
+        super().__init__("interrupted")
+        self.level = level
+
+
+def run_level(level: Level, bodies: list[tuple[str, dict[str, Any]]], *, timeout: float,
+              api_key: str | None) -> None:
+    """``level.requests`` requests, ``level.concurrency`` at a time, prompts in order.
+
+    Worker threads do the HTTP; the main thread only waits, in short slices, so a signal
+    (SIGTERM, Ctrl-C) reaches it at once. Then no new request starts, and the level keeps
+    what finished; requests in flight are abandoned (daemon threads).
+    """
+    lock = threading.Lock()
+    next_index = [0]
+    stop = threading.Event()
+
+    def worker() -> None:
+        while not stop.is_set():
+            with lock:
+                i = next_index[0]
+                if i >= level.requests:
+                    return
+                next_index[0] += 1
+            path, body = bodies[i % len(bodies)]
+            timing = stream_request(level.url, path, body, timeout=timeout, api_key=api_key)
+            with lock:
+                level.records.append((i, timing))
+
+    threads = [threading.Thread(target=worker, daemon=True)
+               for _ in range(min(level.concurrency, level.requests))]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.1)
+    except KeyboardInterrupt:
+        stop.set()
+        level.duration = time.perf_counter() - started
+        level.interrupted = True
+        raise Interrupted(level) from None
+    level.duration = time.perf_counter() - started
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = make_parser(ACTION, "Benchmark the speculative server against the baseline: "
+                            "tokens/s, TTFT, TPOT, acceptance, speedup per concurrency.")
+    p.add_argument("--url", required=True, help="the speculative server, e.g. "
+                                                "http://127.0.0.1:8001")
+    p.add_argument("--baseline-url", help="the same target without speculation")
+    p.add_argument("--model", help="model name to request (default: what /v1/models lists)")
+    p.add_argument("--baseline-model")
+    p.add_argument("--prompts", type=Path, required=True, help="JSONL prompt set")
+    p.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
+    p.add_argument("--tokenizer", help="verifier directory, for its chat template "
+                                       "(completions endpoint with chat prompts)")
+    add_bool_arg(p, "reasoning", None, "thinking on/off (enable_thinking); unset: the "
+                                       "template's default")
+    p.add_argument("--concurrency", type=json.loads, default=[1, 4, 16],
+                   help="JSON list of concurrencies")
+    p.add_argument("--requests", type=int, default=None,
+                   help="requests per level (default: the prompt count, at least 2x "
+                        "the concurrency)")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.0)
+    add_bool_arg(p, "ignore-eos", False, "generate max_tokens every time (vLLM extension)")
+    p.add_argument("--warmup", type=int, default=2, help="unmeasured requests per server")
+    p.add_argument("--request-timeout", type=float, default=600.0)
+    add_bool_arg(p, "require-spec-metrics", True, "fail when the speculative server "
+                                                  "exports no spec-decode counters")
+    p.add_argument("--api-key-env", help="environment variable holding the API key")
+    p.add_argument("--out", type=Path, help="per-request timings (default: bench.json "
+                                            "beside the result)")
+    return p
+
+
+def _base(url: str) -> str:
+    url = url.rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
+
+def _served_model(url: str, api_key: str | None, role: str) -> str:
+    answer = get(f"{url}/v1/models", timeout=10.0, api_key=api_key)
+    if not answer.ok:
+        raise ActionError(f"no {role} server answers at {url}: {answer.describe()}",
+                          hint="is its serve stage completed and its server still up? "
+                               "Servers stop when a pipeline run ends; run the pipeline "
+                               "again and the serve stages restart them")
+    try:
+        return str(answer.json()["data"][0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise ActionError(f"{url}/v1/models lists no model") from None
+
+
+def _scrape(url: str, model: str, api_key: str | None) -> SpecSnapshot:
+    answer = get(f"{url}/metrics", timeout=10.0, api_key=api_key)
+    if not answer.ok:
+        raise ActionError(f"cannot read {url}/metrics: {answer.describe()}",
+                          hint="vLLM serves /metrics unless started with metrics off")
+    return spec_snapshot(answer.body.decode("utf-8", "replace"), model=model)
+
+
+def _bodies(prompts: list[Prompt], args: argparse.Namespace,
+            model: str) -> list[tuple[str, dict[str, Any]]]:
+    common: dict[str, Any] = {"model": model, "max_tokens": args.max_tokens,
+                              "temperature": args.temperature}
+    if args.ignore_eos:
+        common["ignore_eos"] = True
+    out = []
+    template = None
+    for p in prompts:
+        if args.endpoint == "chat":
+            body = {**common, "messages": p.messages or [{"role": "user",
+                                                          "content": p.text or ""}]}
+            if args.reasoning is not None:
+                body["chat_template_kwargs"] = {"enable_thinking": bool(args.reasoning)}
+            out.append(("/v1/chat/completions", body))
+            continue
+        if p.messages is not None:
+            if template is None:
+                template = _chat_template(args.tokenizer)
+            text = template(p.messages, args.reasoning)
+        else:
+            text = p.text or ""
+        out.append(("/v1/completions", {**common, "prompt": text}))
+    return out
+
+
+def _chat_template(tokenizer: str | None) -> Any:
+    if not tokenizer:
+        raise ActionError("chat prompts on the completions endpoint need `tokenizer` (the "
+                          "verifier directory) for its chat template",
+                          hint="or use `endpoint: chat`, where the server applies it")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise ActionError("transformers is needed to apply the chat template here",
+                          hint="install it, or use `endpoint: chat`") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(tokenizer)
+    except (OSError, ValueError) as exc:
+        raise ActionError(f"cannot load the tokenizer: {exc}", where=tokenizer) from None
+    if not getattr(tok, "chat_template", None):
+        raise ActionError("the tokenizer has no chat template", where=tokenizer)
+
+    def apply(messages: list[dict[str, str]], reasoning: bool | None) -> str:
+        kwargs = {} if reasoning is None else {"enable_thinking": bool(reasoning)}
+        return str(tok.apply_chat_template(messages, tokenize=False,
+                                           add_generation_prompt=True, **kwargs))
+    return apply
+
+
+def _fmt(x: float | None, spec: str = ".0f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _report(level: Level) -> str:
+    s = level.summary()
+    line = (f"[c={level.concurrency}] {level.role}: {s['completed']}/{level.requests} ok"
+            f"{' (interrupted)' if level.interrupted else ''}, "
+            f"{_fmt(s['output_throughput'])} tok/s, TTFT p50 {_fmt(s['ttft_ms']['p50'], '.1f')}"
+            f" ms, TPOT p50 {_fmt(s['tpot_ms']['p50'], '.2f')} ms")
+    if level.spec is not None and level.spec.present:
+        line += (f", acceptance length {_fmt(level.spec.acceptance_length, '.2f')}, rate "
+                 f"{_fmt(level.spec.acceptance_rate, '.2f')}")
+    if s["errors"]:
+        line += f"; first error: {s['errors'][0]}"
+    return line
+
+
+def run(args: argparse.Namespace) -> StageResult:
+    result = StageResult(action=ACTION)
+    concurrency = args.concurrency
+    if not isinstance(concurrency, list) or not concurrency or not all(
+            isinstance(c, int) and c > 0 for c in concurrency):
+        raise ActionError(f"concurrency must be a list of positive integers, got "
+                          f"{concurrency!r}")
+    api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    prompts = load_prompts(args.prompts)
+    servers: list[tuple[str, str, str]] = []
+    if args.baseline_url:
+        base = _base(args.baseline_url)
+        servers.append(("baseline", base, args.baseline_model or _served_model(
+            base, api_key, "baseline")))
+    spec_url = _base(args.url)
+    servers.append(("spec", spec_url, args.model or _served_model(spec_url, api_key,
+                                                                   "speculative")))
+    bodies = {role: _bodies(prompts, args, model) for role, _url, model in servers}
+    out_path = args.out or ((args.result.parent if args.result else Path.cwd()) / "bench.json")
+    levels: list[Level] = []
+    interrupted: Level | None = None
+    plan = {c: args.requests or max(len(prompts), 2 * c) for c in concurrency}
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        for role, url, _model in servers:
+            if args.warmup > 0:
+                warm = Level(role, url, 1, args.warmup)
+                run_level(warm, bodies[role], timeout=args.request_timeout, api_key=api_key)
+                print(f"warm-up {role}: {len(warm.ok)}/{args.warmup} ok", flush=True)
+        for c in concurrency:
+            n = plan[c]
+            for role, url, model in servers:
+                level = Level(role, url, c, n)
+                before = _scrape(url, model, api_key)
+                try:
+                    run_level(level, bodies[role], timeout=args.request_timeout,
+                              api_key=api_key)
+                finally:
+                    try:
+                        level.spec = spec_delta(before, _scrape(url, model, api_key))
+                    except (ActionError, KeyboardInterrupt):
+                        level.spec = None
+                    levels.append(level)
+                print(_report(level), flush=True)
+    except Interrupted as exc:
+        interrupted = exc.level
+        print(_report(exc.level), flush=True)
+    except KeyboardInterrupt:
+        interrupted = levels[-1] if levels else Level("setup", args.url, 0, 0)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    planned = len(servers) * sum(plan.values())
+    _results(result, levels, servers, args, out_path, interrupted, planned)
+    return result
+
+
+def _results(result: StageResult, levels: list[Level], servers: list[tuple[str, str, str]],
+             args: argparse.Namespace, out_path: Path, interrupted: Level | None,
+             planned: int) -> None:
+    m: dict[str, Any] = {}
+    speedups: dict[int, float] = {}
+    by = {(lv.role, lv.concurrency): lv for lv in levels}
+    has_baseline = any(role == "baseline" for role, _u, _m in servers)
+    for c in dict.fromkeys(lv.concurrency for lv in levels):
+        spec, base = by.get(("spec", c)), by.get(("baseline", c))
+        for lv, prefix in ((spec, ""), (base, "baseline_")):
+            if lv is None or lv.interrupted:
+                continue
+            s = lv.summary()
+            m[f"{prefix}throughput_c{c}"] = s["output_throughput"]
+            m[f"{prefix}tpot_p50_ms_c{c}"] = s["tpot_ms"]["p50"]
+            m[f"{prefix}ttft_p50_ms_c{c}"] = s["ttft_ms"]["p50"]
+        if spec and base and not spec.interrupted and not base.interrupted \
+                and spec.throughput and base.throughput:
+            speedups[c] = spec.throughput / base.throughput
+            m[f"speedup_c{c}"] = round(speedups[c], 4)
+    if speedups:
+        m["speedup_min"] = round(min(speedups.values()), 4)
+        m["speedup"] = m[f"speedup_c{min(speedups)}"]
+    spec_levels = [lv for lv in levels if lv.role == "spec" and lv.spec is not None]
+    total = SpecDelta()
+    for lv in spec_levels:
+        total = total + lv.spec  # type: ignore[operator]
+    if total.present:
+        m.update({"acceptance_rate": _round(total.acceptance_rate),
+                  "acceptance_length": _round(total.acceptance_length),
+                  "acceptance_per_position": [round(x, 4) for x in
+                                              total.acceptance_per_position],
+                  "num_drafts": total.drafts, "num_draft_tokens": total.draft_tokens,
+                  "num_accepted_tokens": total.accepted})
+    failed = sum(len(lv.failed) for lv in levels)
+    m["requests_failed"] = failed
+    m["requests_completed"] = sum(len(lv.ok) for lv in levels)
+    m["levels"] = [lv.summary() for lv in levels]
+    result.metrics = m
+    _write_details(out_path, levels, args)
+    result.artifacts.append(str(out_path))
+
+    first_error = next((r.error for lv in levels for r in lv.failed), None)
+    result.check("requests_ok", failed == 0, value=failed, expected=0,
+                 message=f"first error: {first_error}" if first_error else
+                 f"{m['requests_completed']} requests completed")
+    spec_url = next(u for role, u, _m in servers if role == "spec")
+    if args.require_spec_metrics and spec_levels:
+        if not total.present:
+            result.check("spec_decode_metrics", False, value="absent",
+                         expected="vllm:spec_decode_* counters",
+                         message=f"{spec_url}/metrics has no spec-decode counters: the "
+                                 "server is not speculating (started without "
+                                 "--speculative-config?) or its vLLM does not export them, "
+                                 "so acceptance cannot be measured")
+        else:
+            result.check("spec_decode_metrics", total.drafts > 0, value=total.drafts,
+                         expected="> 0 drafts",
+                         message="drafts counted" if total.drafts > 0 else
+                         "the counters exist but nothing was drafted during the benchmark")
+    if total.present:
+        problems = total.problems()
+        if total.resets:
+            problems.insert(0, "the server restarted between scrapes (counters went down: "
+                               + ", ".join(total.resets[:3]) + ")")
+        result.check("spec_counters_consistent", not problems, value=len(problems),
+                     expected=0, message="; ".join(problems) or "counters add up")
+    if has_baseline:
+        base_drafts = sum(lv.spec.drafts for lv in levels
+                          if lv.role == "baseline" and lv.spec is not None)
+        result.check("baseline_not_speculating", base_drafts == 0, value=base_drafts,
+                     expected=0, message="the baseline must serve the target alone" if
+                     base_drafts else "no drafts on the baseline")
+    parts = [f"c={c}: {s:.2f}x" for c, s in speedups.items()]
+    if total.present and total.acceptance_length is not None:
+        per = "/".join(f"{x:.2f}" for x in total.acceptance_per_position)
+        parts.append(f"acceptance length {total.acceptance_length:.2f}, rate "
+                     f"{_fmt(total.acceptance_rate, '.2f')}, per position {per}")
+    result.summary = "; ".join(parts) or "no complete level"
+    if interrupted is not None:
+        done = sum(len(lv.records) for lv in levels)
+        result.error = (f"interrupted during c={interrupted.concurrency} "
+                        f"({interrupted.role}) after {done} of {planned} requests; "
+                        f"figures so far: {result.summary}")
+        print(f"error: {result.error}", file=sys.stderr, flush=True)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _write_details(path: Path, levels: list[Level], args: argparse.Namespace) -> None:
+    doc = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in
+                      vars(args).items()},
+           "levels": [{**lv.summary(), "records": [
+               {"index": i, **r.to_json()} for i, r in sorted(lv.records, key=lambda x: x[0])]}
+               for lv in levels]}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=1, default=str))
+        os.replace(tmp, path)
+    except OSError as exc:
+        print(f"warning: cannot write {path}: {exc}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_action(ACTION, run, build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""Serve the verifier with vLLM, with the EAGLE-3 drafter or without it (the baseline).
+
+Starts ``vllm serve TARGET --speculative-config '{"method":"eagle3","model":DRAFT,
+"num_speculative_tokens":k,"draft_tensor_parallel_size":t}' ...`` in its own session, so
+the server outlives this action; copies the server's log to stdout while it starts (the
+harness streams stdout into the store); waits for ``/health`` and ``/v1/models``; and exits
+0 leaving the server running, with ``metrics.service`` saying how to find and stop it
+(:mod:`pipeline.service`). The harness stops it when the pipeline run ends, unless the
+stage says ``keep: true``.
+
+It refuses to start on a port that something already listens on, since a health check
+would then pass against the wrong server. When the server dies during start or never
+becomes healthy, the action fails with the server's own error line (e.g. vLLM's eagle3
+model-type refusal) and kills the server's whole process group first, so nothing is left
+running. SIGTERM (a cancelled or timed-out stage) does the same.
+
+Run as ``python -m pipeline.eagle3.serve --target DIR [--draft DIR] [--port 8000] ...``;
+``docs/serving.md`` lists every parameter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
+from pipeline.errors import ActionError
+from pipeline.openai_client import get
+from pipeline.service import ServiceRecord, process_start_time, stop_group
+from pipeline.vllm_server import (
+    command_arg,
+    error_line,
+    json_value,
+    port_in_use,
+    port_owner,
+    serve_argv,
+)
+
+ACTION = "eagle3.serve"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = make_parser(ACTION, "Start vLLM on the verifier (with the EAGLE-3 drafter, or "
+                            "without it as a baseline), wait until it answers, leave it "
+                            "running.")
+    p.add_argument("--target", required=True, help="verifier directory or model id")
+    p.add_argument("--draft", help="drafter directory (the export stage's output)")
+    add_bool_arg(p, "speculative", True, "serve with the drafter; --no-speculative serves "
+                                         "the target alone (the baseline)")
+    p.add_argument("--num-speculative-tokens", type=int, default=3)
+    p.add_argument("--draft-tensor-parallel-size", type=int, default=1)
+    p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--gpu-memory-utilization", type=float)
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address the server binds (0.0.0.0 to reach it from elsewhere)")
+    p.add_argument("--served-model-name")
+    p.add_argument("--reasoning-parser", help="e.g. qwen3, deepseek_r1")
+    add_bool_arg(p, "trust-remote-code", False, "pass --trust-remote-code to vLLM")
+    p.add_argument("--method", default="eagle3", help="speculative method (eagle3)")
+    p.add_argument("--speculative-config", type=json_value(dict), default=None,
+                   help="extra keys for --speculative-config (JSON object)")
+    p.add_argument("--extra-args", type=json_value(list), default=[],
+                   help="more vllm serve arguments (JSON list)")
+    p.add_argument("--command", type=command_arg, default=["vllm"],
+                   help='the server executable: a path, or a JSON list such as '
+                        '["python", "-m", "vllm.entrypoints.cli.main"]')
+    p.add_argument("--env", type=json_value(dict), default={},
+                   help="environment for the server only (JSON object)")
+    p.add_argument("--health-timeout", type=float, default=900.0,
+                   help="seconds to wait for /health and /v1/models")
+    p.add_argument("--stop-grace", type=float, default=10.0,
+                   help="seconds between TERM and KILL when stopping a failed server")
+    p.add_argument("--log", type=Path, help="server log (default: server.log beside the "
+                                            "result)")
+    add_bool_arg(p, "keep", False, "leave the server running after the pipeline run ends")
+    return p
+
+
+class _LogPump:
+    """Copies the server's log file to stdout as it grows; keeps its lines."""
+
+    def __init__(self, path: Path, offset: int = 0):
+        self.path = path
+        self.offset = offset
+        self.partial = b""
+        self.lines: list[str] = []
+
+    def pump(self, final: bool = False) -> None:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        data = self.partial + data
+        *complete, self.partial = data.split(b"\n")
+        if final and self.partial:
+            complete.append(self.partial)
+            self.partial = b""
+        for raw in complete:
+            line = raw.decode("utf-8", "replace").rstrip("\r")
+            self.lines.append(line)
+            print(line, flush=True)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _connect_host(bind: str) -> str:
+    return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind
+
+
+def _hint(reason: str) -> str:
+    if "only supported for" in reason:
+        return ("this vLLM's eagle3 support refuses the verifier's model_type: run the "
+                "preflight stage, and use a vLLM version that accepts it")
+    if "out of memory" in reason.lower():
+        return "lower max_model_len or gpu_memory_utilization, or raise tensor_parallel_size"
+    return "the server's whole log is in the file named above"
+
+
+def run(args: argparse.Namespace) -> StageResult:
+    result = StageResult(action=ACTION)
+    speculative = bool(args.speculative)
+    if speculative and not args.draft:
+        raise ActionError("speculative serving needs `draft` (the drafter directory)",
+                          hint="for a baseline without speculation set `speculative: false`")
+    for host in dict.fromkeys([args.host or "0.0.0.0", "127.0.0.1"]):
+        if port_in_use(args.port, host):
+            owner = port_owner(args.port)
+            raise ActionError(f"port {args.port} is already in use on {host}"
+                              + (f" by {owner}" if owner else ""),
+                              hint="choose another `port`, or stop that server (one the "
+                                   "harness started stops with `harness cancel RUN`)")
+    # a relative directory would read as a model id ("export/drafter") once it leaves here
+    local = lambda p: str(Path(p).resolve()) if p and Path(p).is_dir() else p  # noqa: E731
+    argv = serve_argv(
+        args.command, local(args.target), port=args.port, host=args.host,
+        draft=local(args.draft) if speculative else None,
+        num_speculative_tokens=args.num_speculative_tokens,
+        draft_tensor_parallel_size=args.draft_tensor_parallel_size,
+        tensor_parallel_size=args.tensor_parallel_size, max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        served_model_name=args.served_model_name, reasoning_parser=args.reasoning_parser,
+        trust_remote_code=args.trust_remote_code, speculative_config=args.speculative_config,
+        method=args.method, extra_args=args.extra_args)
+    log_path = (args.log or ((args.result.parent if args.result else Path.cwd())
+                             / "server.log")).resolve()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    url = f"http://{_connect_host(args.host)}:{args.port}"
+    print(f"starting: {shlex.join(argv)}", flush=True)
+    print(f"server log: {log_path}", flush=True)
+    # SIGTERM (a cancelled or timed-out stage) must not leave a half-started server: from
+    # here on it raises, and whatever was started is stopped below.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    proc: subprocess.Popen[bytes] | None = None
+    pump: _LogPump | None = None
+    leader_start: str | None = None
+    ready = False
+    started = time.monotonic()
+    try:
+        start_at = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "ab") as log_fh:
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fh,
+                                        stderr=subprocess.STDOUT, start_new_session=True,
+                                        env={**os.environ, **{k: str(v) for k, v in
+                                                              args.env.items()}})
+            except OSError as exc:
+                raise ActionError(f"cannot start {argv[0]}: {exc.strerror or exc}",
+                                  hint="is vLLM installed in this host's environment? set "
+                                       "the stage's `command` to its executable") from None
+        # start_new_session: the server leads its own session and process group
+        leader_start = process_start_time(proc.pid)
+        record = ServiceRecord(url=url, pid=proc.pid, pgid=proc.pid, start_time=leader_start,
+                               port=args.port, log=str(log_path), keep=bool(args.keep))
+        pump = _LogPump(log_path, start_at)
+        model, health = _wait_ready(proc, url, pump, args.health_timeout)
+        ready = True
+    except KeyboardInterrupt:
+        raise ActionError("interrupted while the server was starting; it was stopped") \
+            from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if proc is not None and not ready:
+            if pump is not None:
+                pump.pump(final=True)
+            how = stop_group(proc.pid, args.stop_grace, leader_start)
+            proc.poll()
+            print(f"server process group {proc.pid}: {how}", flush=True)
+    startup = time.monotonic() - started
+    pump.pump()  # type: ignore[union-attr]  # set whenever ready
+    result.metrics = {
+        "service": record.to_json(), "url": url, "model": model,
+        "startup_s": round(startup, 3), "speculative": speculative,
+        "num_speculative_tokens": args.num_speculative_tokens if speculative else 0,
+        "tensor_parallel_size": args.tensor_parallel_size,
+        "command": shlex.join(argv),
+    }
+    result.check("server_healthy", True, value=round(startup, 1), expected=f"< "
+                 f"{args.health_timeout:g}s", message=f"{url}/health answered {health}")
+    result.check("model_listed", True, value=model, message="/v1/models lists it")
+    life = "kept after the pipeline run (keep: true)" if args.keep else \
+        "stopped when the pipeline run ends"
+    how = f"EAGLE-3, k={args.num_speculative_tokens}" if speculative else "no speculation"
+    result.summary = (f"serving {model} at {url} ({how}), pid {record.pid}, up in "
+                      f"{startup:.1f}s; {life}")
+    return result
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, pump: _LogPump,
+                timeout: float) -> tuple[str, int]:
+    """Poll until /health and /v1/models answer; raise ActionError with the log's reason."""
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    while True:
+        pump.pump()
+        code = proc.poll()
+        if code is not None:
+            pump.pump(final=True)
+            reason = error_line(pump.lines) or "(the log is empty)"
+            raise ActionError(f"the server exited with code {code} during start: {reason}",
+                              where=str(pump.path), hint=_hint(reason))
+        health = get(f"{url}/health", timeout=2.0)
+        if health.ok:
+            models = get(f"{url}/v1/models", timeout=5.0)
+            if models.ok:
+                try:
+                    ids = [m["id"] for m in models.json().get("data") or []]
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    ids = []
+                if ids:
+                    return str(ids[0]), health.status or 200
+                last = "/v1/models lists no model"
+            else:
+                last = f"/v1/models: {models.describe()}"
+        else:
+            last = f"/health: {health.describe()}"
+        if time.monotonic() >= deadline:
+            pump.pump(final=True)
+            tail = next((ln.strip() for ln in reversed(pump.lines) if ln.strip()), "(empty)")
+            raise ActionError(f"the server did not become healthy within {timeout:g}s "
+                              f"(last {last}); its last log line: {tail}",
+                              where=str(pump.path),
+                              hint="raise `health_timeout` if it is only slow to load")
+        time.sleep(0.25)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_action(ACTION, run, build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""The POSIX sh that launches, polls and cancels detached jobs on a host.
+
+Both executors run these same scripts (locally through invoke, remotely through fabric), so
+a job behaves the same everywhere and re-attaching needs nothing but the files in its run
+directory::
+
+    <workdir>/.harness/runs/<run_id>/
+        started     created exclusively (noclobber) by the one launch that wins
+        cmd         the command, redacted, for people
+        job.sh      the wrapper below
+        pid         the wrapper's pid = the job's process group and session id
+        pid_start   the wrapper's start time (/proc/PID/stat field 22), against pid reuse
+        log         stdout and stderr of the command
+        exit_code   written through a temporary file and mv, so it is never half there
+        cancelled   written by cancel() before it signals the group
+
+Every value that reaches these scripts goes through :func:`shlex.quote`. Standard library
+only.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+__all__ = ["cancel_script", "job_wrapper", "launch_script", "poll_script"]
+
+q = shlex.quote
+
+# Shell functions shared by poll and cancel. A zombie counts as dead: on containers whose
+# pid 1 does not reap, a killed wrapper stays a zombie forever and `kill -0` would call it
+# alive. The start time guards against the pid having been reused since.
+_FUNCTIONS = r"""
+alive() {
+  [ -s pid ] || return 1
+  p=$(cat pid)
+  if [ -r "/proc/$p/stat" ]; then
+    read -r st 2>/dev/null < "/proc/$p/stat" || return 1
+    r=${st##*) }
+    set -- $r
+    [ "$1" != Z ] || return 1
+    [ ! -s pid_start ] || [ "${20}" = "$(cat pid_start)" ]
+  elif [ -d /proc/self ]; then
+    return 1
+  else
+    kill -0 "$p" 2>/dev/null
+  fi
+}
+reused() {
+  p=$(cat pid)
+  [ -r "/proc/$p/stat" ] && [ -s pid_start ] || return 1
+  read -r st 2>/dev/null < "/proc/$p/stat" || return 1
+  r=${st##*) }
+  set -- $r
+  [ "${20}" != "$(cat pid_start)" ]
+}
+group_alive() {
+  g=$(cat pid)
+  if [ -d /proc/self ]; then
+    for f in /proc/[0-9]*/stat; do
+      read -r st 2>/dev/null < "$f" || continue
+      r=${st##*) }
+      set -- $r
+      [ "$3" = "$g" ] && [ "$1" != Z ] && return 0
+    done
+    return 1
+  fi
+  kill -0 -"$g" 2>/dev/null
+}
+"""
+
+
+def job_wrapper(argv: list[str], cwd: str) -> str:
+    """``job.sh``: record the pid, run the command in a subshell, write its exit code.
+
+    The wrapper traps TERM so that when cancel() signals the whole group it outlives the
+    command long enough to record 143; the subshell resets the trap, so the command itself
+    gets the default TERM behaviour.
+    """
+    return "\n".join([
+        "# Detached job wrapper written by the harness (pipeline/jobscripts.py).",
+        "if read -r st 2>/dev/null < /proc/$$/stat; then",
+        "  r=${st##*) }",
+        "  set -- $r",
+        "  printf '%s\\n' \"${20}\" > pid_start",
+        "fi",
+        "printf '%s\\n' \"$$\" > pid.tmp && mv -f pid.tmp pid",
+        "trap : TERM INT HUP",
+        f"( cd {q(cwd)} && exec {shlex.join(argv)} )",
+        "code=$?",
+        "printf '%s\\n' \"$code\" > exit_code.tmp && mv -f exit_code.tmp exit_code",
+        "",
+    ])
+
+
+def launch_script(run_dir: str, wrapper: str, description: str,
+                  env: dict[str, str], wait_s: float = 10.0) -> str:
+    """Start the job unless this run dir already has one; print ``launched|attached PID``.
+
+    Environment values are exported in the launching shell only, so they reach the job
+    without being written to any file on the host.
+    """
+    exports = "".join(f"  export {k}={q(v)}\n" for k, v in env.items())
+    tries = max(1, int(wait_s / 0.05))
+    return (
+        f"mkdir -p {q(run_dir)} && cd {q(run_dir)} || exit 1\n"
+        "if ( set -C; : > started ) 2>/dev/null; then\n"
+        f"  printf '%s\\n' {q(description)} > cmd\n"
+        f"  printf '%s' {q(wrapper)} > job.sh\n"
+        f"{exports}"
+        "  setsid nohup sh ./job.sh < /dev/null > log 2>&1 &\n"
+        "  how=launched\n"
+        "else\n"
+        "  how=attached\n"
+        "fi\n"
+        "i=0\n"
+        f"while [ ! -s pid ] && [ ! -f exit_code ] && [ $i -lt {tries} ]; do\n"
+        "  sleep 0.05; i=$((i+1))\n"
+        "done\n"
+        'echo "$how $(cat pid 2>/dev/null)"\n'
+    )
+
+
+def poll_script(run_dir: str) -> str:
+    """Print ``STATE CODE PID CANCELLED`` (``-`` for none); ``missing`` when there is no job."""
+    return (
+        f"cd {q(run_dir)} 2>/dev/null && [ -f started ] || {{ echo missing; exit 0; }}\n"
+        f"{_FUNCTIONS}"
+        "c=-; [ -f cancelled ] && c=cancelled\n"
+        "p=$(cat pid 2>/dev/null); p=${p:--}\n"
+        "if [ -f exit_code ]; then echo \"exit $(cat exit_code) $p $c\"\n"
+        "elif alive; then echo \"running - $p $c\"\n"
+        # the job may have finished between the two tests above
+        "elif [ -f exit_code ]; then echo \"exit $(cat exit_code) $p $c\"\n"
+        "else echo \"lost - $p $c\"\n"
+        "fi\n"
+    )
+
+
+def cancel_script(run_dir: str, grace_s: float) -> str:
+    """TERM the job's process group, wait up to ``grace_s`` for it to go, then KILL it."""
+    tries = max(1, int(grace_s / 0.1))
+    return (
+        f"cd {q(run_dir)} 2>/dev/null && [ -f started ] || {{ echo missing; exit 0; }}\n"
+        f"{_FUNCTIONS}"
+        ": > cancelled\n"
+        "if [ -f exit_code ] || [ ! -s pid ]; then echo finished; exit 0; fi\n"
+        # a live leader with another start time is not ours: the group has been gone long
+        "if reused || ! group_alive; then echo gone; exit 0; fi\n"
+        "g=$(cat pid)\n"
+        'kill -TERM -"$g" 2>/dev/null\n'
+        "i=0\n"
+        f"while group_alive && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done\n"
+        'if group_alive; then kill -KILL -"$g" 2>/dev/null; echo killed; else echo terminated; fi\n'
+    )

@@ -1,0 +1,66 @@
+"""The executor for this machine, through invoke's ``Context.run``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from invoke import Context
+from invoke.exceptions import CommandTimedOut
+
+from pipeline.errors import CommandTimeout, ExecutorError
+from pipeline.executor import Executor, Result
+from pipeline.spec import HostSpec
+
+__all__ = ["LocalExecutor"]
+
+
+class LocalExecutor(Executor):
+    def __init__(self, host: HostSpec | None = None):
+        super().__init__(host or HostSpec())
+        self._context = Context()
+
+    @property
+    def workdir(self) -> str:
+        return os.path.abspath(os.path.expanduser(self.host.workdir or os.getcwd()))
+
+    def home(self) -> str:
+        return str(Path.home())
+
+    def _shell(self, script: str, timeout: float | None) -> tuple[int, str, str]:
+        try:
+            # in_stream=False: a job must never read the harness's own stdin.
+            r = self._context.run(script, hide=True, warn=True, in_stream=False,
+                                  timeout=timeout, shell="/bin/sh")
+        except CommandTimedOut as exc:
+            raise CommandTimeout(f"no answer from the local shell in {timeout:g}s",
+                                 where=self.host.name,
+                                 result=Result("(harness script)", -1, exc.result.stdout,
+                                               exc.result.stderr)) from None
+        return r.exited, r.stdout, r.stderr
+
+    def _read(self, path: str, offset: int, limit: int) -> bytes:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read(limit)
+
+    def put(self, local: str | Path, remote: str) -> str:
+        target = self.resolve(remote)
+        try:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(local, target)
+        except OSError as exc:
+            raise ExecutorError(f"cannot copy {local} to {target}: {exc}",
+                                where=self.host.name) from None
+        return target
+
+    def get(self, remote: str, local: str | Path) -> Path:
+        source = self.resolve(remote)
+        try:
+            Path(local).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, local)
+        except OSError as exc:
+            raise ExecutorError(f"cannot copy {source} to {local}: {exc}",
+                                where=self.host.name) from None
+        return Path(local)

@@ -1,0 +1,212 @@
+"""A small client for OpenAI-compatible servers (vLLM): plain GETs and timed streaming.
+
+Standard library only (``http.client``), so it runs on bare hosts and adds no client-side
+overhead worth measuring against the server (``bench/serving_client.py`` measures it).
+One :class:`StreamTiming` per request records what a serving benchmark needs:
+
+- ``ttft``: seconds from sending the request to the first generated text (content or
+  reasoning) arriving;
+- ``latency``: seconds until the stream ended;
+- ``output_tokens``: the server's own ``usage.completion_tokens`` (asked for with
+  ``stream_options.include_usage``), else the number of chunks that carried text. With
+  speculative decoding one chunk often carries several tokens, so the fallback undercounts;
+  ``usage_reported`` says which one was used.
+- ``tpot``: ``(latency - ttft) / (output_tokens - 1)``, the mean time per output token after
+  the first, as vLLM's own benchmark defines it.
+
+Errors never raise out of :func:`stream_request`: a refused connection, an HTTP error or a
+broken stream is a failed :class:`StreamTiming` with the reason, so one bad request cannot
+end a benchmark.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["HTTPAnswer", "StreamTiming", "get", "stream_request"]
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class HTTPAnswer:
+    status: int | None          # None: no HTTP answer at all
+    body: bytes = b""
+    error: str | None = None    # why there was no answer
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+    def json(self) -> Any:
+        return json.loads(self.body.decode("utf-8", "replace"))
+
+    def describe(self) -> str:
+        if self.status is None:
+            return self.error or "no answer"
+        text = " ".join(self.body.decode("utf-8", "replace").split())[:200]
+        return f"HTTP {self.status}" + (f": {text}" if text else "")
+
+
+def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = cls(parts.hostname, parts.port, timeout=timeout)
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return conn, path
+
+
+def _headers(api_key: str | None, json_body: bool) -> dict[str, str]:
+    headers = {"Accept": "application/json, text/event-stream, text/plain"}
+    if json_body:
+        headers["Content-Type"] = "application/json"
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "timed out"
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def get(url: str, *, timeout: float = 5.0, api_key: str | None = None) -> HTTPAnswer:
+    """``GET url``; an HTTP error status is an answer, a network failure is not."""
+    try:
+        conn, path = _connection(url, timeout)
+    except ValueError as exc:
+        return HTTPAnswer(None, error=str(exc))
+    try:
+        conn.request("GET", path, headers=_headers(api_key, False))
+        resp = conn.getresponse()
+        return HTTPAnswer(resp.status, resp.read())
+    except (OSError, http.client.HTTPException) as exc:
+        return HTTPAnswer(None, error=_reason(exc))
+    finally:
+        conn.close()
+
+
+@dataclass
+class StreamTiming:
+    ok: bool = False
+    error: str | None = None
+    started: float = 0.0          # clock value when the request was sent
+    ttft: float | None = None
+    latency: float | None = None
+    output_tokens: int = 0
+    usage_reported: bool = False
+    chunks: int = 0
+    text_chars: int = 0
+    reasoning_chars: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def tpot(self) -> float | None:
+        if self.ttft is None or self.latency is None or self.output_tokens < 2:
+            return None
+        return (self.latency - self.ttft) / (self.output_tokens - 1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "tpot": self.tpot}
+
+
+def _delta_text(choice: Mapping[str, Any]) -> tuple[str, str]:
+    """(content, reasoning) text carried by one streamed choice, chat or completions."""
+    if "text" in choice:  # /v1/completions
+        return str(choice.get("text") or ""), ""
+    delta = choice.get("delta") or {}
+    content = delta.get("content") or ""
+    # vLLM's reasoning parsers say `reasoning_content`; newer servers also `reasoning`.
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+    return str(content), str(reasoning)
+
+
+def stream_request(base_url: str, path: str, body: Mapping[str, Any], *,
+                   timeout: float = 600.0, api_key: str | None = None,
+                   clock: Clock = time.perf_counter) -> StreamTiming:
+    """POST a streaming chat/completions request and time it; never raises."""
+    payload = {**body, "stream": True}
+    payload.setdefault("stream_options", {"include_usage": True})
+    data = json.dumps(payload).encode()
+    timing = StreamTiming()
+    try:
+        conn, base_path = _connection(base_url.rstrip("/") + path, timeout)
+    except ValueError as exc:
+        timing.error = str(exc)
+        return timing
+    try:
+        timing.started = clock()
+        conn.request("POST", base_path, body=data, headers=_headers(api_key, True))
+        resp = conn.getresponse()
+        if resp.status != 200:
+            answer = HTTPAnswer(resp.status, resp.read())
+            timing.error = answer.describe()
+            return timing
+        done = False
+        while not done:
+            raw = resp.readline()
+            if not raw:
+                break
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments (": ping"), event names
+            chunk = line[5:].strip()
+            if chunk == b"[DONE]":
+                done = True
+                break
+            try:
+                event = json.loads(chunk)
+            except ValueError:
+                timing.error = f"bad stream chunk: {chunk[:120]!r}"
+                return timing
+            if isinstance(event, dict) and event.get("error"):
+                err = event["error"]
+                timing.error = "server error: " + str(err.get("message") if isinstance(
+                    err, dict) else err)[:300]
+                return timing
+            now = clock()
+            usage = event.get("usage") if isinstance(event, dict) else None
+            if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+                timing.output_tokens = int(usage["completion_tokens"])
+                timing.usage_reported = True
+            for choice in event.get("choices") or []:
+                content, reasoning = _delta_text(choice)
+                if content or reasoning:
+                    if timing.ttft is None:
+                        timing.ttft = now - timing.started
+                    timing.chunks += 1
+                    timing.text_chars += len(content)
+                    timing.reasoning_chars += len(reasoning)
+                if choice.get("finish_reason"):
+                    timing.finish_reason = choice["finish_reason"]
+        timing.latency = clock() - timing.started
+        if not done:
+            timing.error = "stream ended without [DONE]"
+            return timing
+        if not timing.usage_reported:
+            timing.output_tokens = timing.chunks
+        if timing.ttft is None:
+            timing.error = "no text was generated"
+            return timing
+        timing.ok = True
+        return timing
+    except (OSError, http.client.HTTPException) as exc:
+        timing.error = _reason(exc)
+        return timing
+    finally:
+        conn.close()

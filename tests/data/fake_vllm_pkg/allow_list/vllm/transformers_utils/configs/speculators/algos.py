@@ -1,0 +1,1 @@
+SUPPORTED_SPECULATORS_TYPES = {"eagle3": None}

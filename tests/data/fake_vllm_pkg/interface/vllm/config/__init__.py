@@ -1,0 +1,3 @@
+from vllm.config.speculative import SpeculativeConfig
+
+__all__ = ["SpeculativeConfig"]

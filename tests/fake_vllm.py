@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""A stand-in for ``vllm serve``: the same command line, HTTP API and ``/metrics`` text.
+
+vLLM cannot run here (no GPU), so the serve and benchmark stages are tested against this
+server. It is started exactly as vLLM would be (``fake_vllm.py serve MODEL --port P
+--speculative-config JSON ...``) by the serve action, as a detached job over the test sshd.
+It speaks ``/health``, ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions``
+(streaming SSE with chunked transfer, and not) and ``/metrics`` in vLLM's exposition format,
+with spec-decode counters that agree with the tokens it streams.
+
+How it decodes: one "step" per ``--fake-step-ms``. Without speculation a step emits one
+token. With ``--speculative-config`` (k draft tokens) a step costs ``1 + k *
+--fake-draft-cost`` times longer and emits ``1 + a`` tokens, where draft position ``i`` is
+accepted with probability ``--fake-acceptance[i]`` given the ones before it (seeded per
+prompt, so runs repeat). Each step adds 1 draft, k draft tokens and ``a`` accepted tokens
+(positions ``0..a-1``) to the counters, as vLLM counts them.
+
+Flags to misbehave, for the bad-input tests: ``--fake-die-after`` (exit during start with
+``--fake-die-message``), ``--fake-never-healthy``, ``--fake-no-spec-metrics``,
+``--fake-eagle3-types`` (refuse a target model_type the way vLLM's allow-list did),
+``--fake-engine-child`` (a second process in the group, like vLLM's EngineCore),
+``--fake-ignore-term`` (only SIGKILL stops it), ``--fake-engines N`` (per-engine labels).
+
+Standard library only: it must start on any host the tests reach.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+VERSION = "0.0.0+fake"
+
+
+def log(level: str, where: str, message: str) -> None:
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    print(f"(APIServer pid={os.getpid()}) {level} {stamp} [{where}] {message}", flush=True)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    if argv and argv[0] in ("--version", "-v"):
+        print(VERSION)
+        sys.exit(0)
+    parser = argparse.ArgumentParser(prog="vllm")
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("model")
+    s.add_argument("--host", default="0.0.0.0")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--speculative-config", type=json.loads, default=None)
+    s.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    s.add_argument("--max-model-len", type=int, default=None)
+    s.add_argument("--served-model-name", nargs="+", default=None)
+    s.add_argument("--reasoning-parser", default=None)
+    s.add_argument("--trust-remote-code", action="store_true")
+    s.add_argument("--gpu-memory-utilization", type=float, default=None)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--fake-step-ms", type=float, default=2.0)
+    s.add_argument("--fake-draft-cost", type=float, default=0.25)
+    s.add_argument("--fake-acceptance", default="0.8,0.6,0.4")
+    s.add_argument("--fake-startup-s", type=float, default=0.2)
+    s.add_argument("--fake-die-after", type=float, default=None)
+    s.add_argument("--fake-die-message", default="RuntimeError: CUDA error: out of memory")
+    s.add_argument("--fake-never-healthy", action="store_true")
+    s.add_argument("--fake-no-spec-metrics", action="store_true")
+    s.add_argument("--fake-eagle3-types", default=None)
+    s.add_argument("--fake-engine-child", action="store_true")
+    s.add_argument("--fake-ignore-term", action="store_true")
+    s.add_argument("--fake-engines", type=int, default=1)
+    s.add_argument("--fake-record", default=None)
+    return parser.parse_args(argv)
+
+
+class Engine:
+    """Token generation and the counters it leaves, shared by all request threads."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        spec = args.speculative_config or {}
+        self.k = int(spec.get("num_speculative_tokens") or 0) if spec else 0
+        probs = [float(x) for x in args.fake_acceptance.split(",") if x.strip()]
+        self.accept = (probs + [0.0] * self.k)[: self.k]
+        self.lock = threading.Lock()
+        self.engines = [str(i) for i in range(max(1, args.fake_engines))]
+        self.counters = {e: {"drafts": 0, "draft_tokens": 0, "accepted": 0,
+                             "per_pos": [0] * self.k, "generation": 0, "prompt": 0,
+                             "requests": 0} for e in self.engines}
+        self.running = 0
+        self.served_name = (args.served_model_name or [args.model])[0]
+
+    def steps(self, key: str, max_tokens: int, engine: str):
+        """Yield the number of tokens each decoding step emits, counting as vLLM does."""
+        rng = random.Random(f"{self.args.seed}:{key}")
+        step_s = self.args.fake_step_ms / 1000.0
+        if self.k:
+            step_s *= 1 + self.args.fake_draft_cost * self.k
+        left = max_tokens
+        while left > 0:
+            time.sleep(step_s)
+            accepted = 0
+            if self.k:
+                for p in self.accept:
+                    if rng.random() < p:
+                        accepted += 1
+                    else:
+                        break
+                accepted = min(accepted, left - 1)
+            emitted = 1 + accepted
+            with self.lock:
+                c = self.counters[engine]
+                c["generation"] += emitted
+                if self.k:
+                    c["drafts"] += 1
+                    c["draft_tokens"] += self.k
+                    c["accepted"] += accepted
+                    for i in range(accepted):
+                        c["per_pos"][i] += 1
+            left -= emitted
+            yield emitted
+
+    def metrics(self) -> str:
+        m = self.served_name.replace("\\", "\\\\").replace('"', '\\"')
+        out: list[str] = []
+
+        def counter(name: str, help_text: str, rows: list[tuple[str, float]]) -> None:
+            out.append(f"# HELP {name}_total {help_text}")
+            out.append(f"# TYPE {name}_total counter")
+            for labels, value in rows:
+                out.append(f"{name}_total{{{labels}}} {float(value)}")
+                out.append(f"{name}_created{{{labels}}} 1.7330176e+09")
+
+        with self.lock:
+            snap = {e: {k: (list(v) if isinstance(v, list) else v) for k, v in c.items()}
+                    for e, c in self.counters.items()}
+            running = self.running
+        lab = {e: f'engine="{e}",model_name="{m}"' for e in self.engines}
+        out.append("# HELP vllm:num_requests_running Number of requests in model execution "
+                   "batches.")
+        out.append("# TYPE vllm:num_requests_running gauge")
+        out.append(f'vllm:num_requests_running{{{lab["0"]}}} {float(running)}')
+        counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
+                [(lab[e], snap[e]["prompt"]) for e in self.engines])
+        counter("vllm:generation_tokens", "Number of generation tokens processed.",
+                [(lab[e], snap[e]["generation"]) for e in self.engines])
+        counter("vllm:request_success", "Count of successfully processed requests.",
+                [(lab[e] + ',finished_reason="length"', snap[e]["requests"])
+                 for e in self.engines])
+        if self.k and not self.args.fake_no_spec_metrics:
+            counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+                    [(lab[e], snap[e]["drafts"]) for e in self.engines])
+            counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+                    [(lab[e], snap[e]["draft_tokens"]) for e in self.engines])
+            counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+                    [(lab[e], snap[e]["accepted"]) for e in self.engines])
+            counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                    "Accepted tokens per draft position.",
+                    [(lab[e] + f',position="{i}"', snap[e]["per_pos"][i])
+                     for e in self.engines for i in range(self.k)])
+        return "\n".join(out) + "\n"
+
+
+def make_handler(engine: Engine, ready: threading.Event):
+    args = engine.args
+    record_lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *a: object) -> None:
+            pass  # vLLM logs requests at INFO; the tests need a quiet log
+
+        def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, status: int, obj: object) -> None:
+            self._send(status, json.dumps(obj).encode())
+
+        def _healthy(self) -> bool:
+            return ready.is_set() and not args.fake_never_healthy
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._send(200 if self._healthy() else 503, b"", "text/plain")
+            elif self.path == "/v1/models":
+                if not self._healthy():
+                    self._json(503, {"error": "starting"})
+                    return
+                self._json(200, {"object": "list", "data": [{
+                    "id": engine.served_name, "object": "model", "owned_by": "vllm",
+                    "root": args.model, "max_model_len": args.max_model_len or 4096}]})
+            elif self.path == "/metrics":
+                self._send(200, engine.metrics().encode(), "text/plain; version=0.0.4")
+            elif self.path == "/version":
+                self._json(200, {"version": VERSION})
+            else:
+                self._json(404, {"error": f"no route {self.path}"})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                self._json(400, {"error": {"message": "body is not JSON"}})
+                return
+            if args.fake_record:
+                with record_lock, open(args.fake_record, "a") as fh:
+                    fh.write(json.dumps({"path": self.path, "body": body}) + "\n")
+            if self.path == "/v1/chat/completions":
+                messages = body.get("messages") or []
+                prompt = json.dumps(messages)
+                chat = True
+            elif self.path == "/v1/completions":
+                prompt = str(body.get("prompt") or "")
+                chat = False
+            else:
+                self._json(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            if body.get("model") not in (None, engine.served_name):
+                self._json(404, {"error": {"message": f"The model `{body.get('model')}` "
+                                                      "does not exist."}})
+                return
+            self._generate(body, prompt, chat)
+
+        def _generate(self, body: dict, prompt: str, chat: bool) -> None:
+            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+            key = hashlib.sha256(prompt.encode()).hexdigest()
+            e = engine.engines[int(key, 16) % len(engine.engines)]
+            kwargs = body.get("chat_template_kwargs") or {}
+            thinking = chat and bool(args.reasoning_parser) and \
+                kwargs.get("enable_thinking", True) is not False
+            think_tokens = max_tokens // 4 if thinking else 0
+            prompt_tokens = len(prompt.split())
+            model = engine.served_name
+            with engine.lock:
+                engine.counters[e]["prompt"] += prompt_tokens
+                engine.running += 1
+            pieces: list[tuple[str, str]] = []  # (field, text) per step
+            n = 0
+            try:
+                stream = bool(body.get("stream"))
+                if stream:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    if chat:
+                        self._event({"object": "chat.completion.chunk", "model": model,
+                                     "choices": [{"index": 0, "delta": {
+                                         "role": "assistant", "content": ""},
+                                         "finish_reason": None}]})
+                for emitted in engine.steps(key, max_tokens, e):
+                    words = [f"w{(n + i) % 97}" for i in range(emitted)]
+                    field = "reasoning_content" if n < think_tokens else "content"
+                    text = "".join(" " + w for w in words)
+                    n += emitted
+                    pieces.append((field, text))
+                    if stream:
+                        if chat:
+                            choice = {"index": 0, "delta": {field: text}, "finish_reason": None}
+                        else:
+                            choice = {"index": 0, "text": text, "finish_reason": None}
+                        self._event({"model": model, "choices": [choice]})
+                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
+                         "total_tokens": prompt_tokens + n}
+                if stream:
+                    last = {"index": 0, "finish_reason": "length"}
+                    last.update({"delta": {}} if chat else {"text": ""})
+                    self._event({"model": model, "choices": [last]})
+                    if (body.get("stream_options") or {}).get("include_usage"):
+                        self._event({"model": model, "choices": [], "usage": usage})
+                    self._chunk(b"data: [DONE]\n\n")
+                    self._chunk(b"")
+                else:
+                    content = "".join(t for f, t in pieces if f == "content")
+                    reasoning = "".join(t for f, t in pieces if f != "content") or None
+                    if chat:
+                        choice = {"index": 0, "finish_reason": "length", "message": {
+                            "role": "assistant", "content": content,
+                            "reasoning_content": reasoning}}
+                    else:
+                        choice = {"index": 0, "finish_reason": "length", "text": content}
+                    self._json(200, {"model": model, "choices": [choice], "usage": usage})
+                with engine.lock:
+                    engine.counters[e]["requests"] += 1
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client went away (an interrupted benchmark): vLLM aborts too
+            finally:
+                with engine.lock:
+                    engine.running -= 1
+
+        def _event(self, obj: dict) -> None:
+            self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+def target_model_type(model: str) -> str:
+    """What vLLM checks: the text config's model_type (``text_config`` for multimodal)."""
+    try:
+        cfg = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    return str(text.get("model_type") or cfg.get("model_type") or "")
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.fake_ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    log("INFO", "api_server.py:1", f"vLLM API server version {VERSION}")
+    log("INFO", "utils.py:1", f"non-default args: model={args.model!r}, port={args.port}, "
+                              f"speculative_config={args.speculative_config}")
+    spec = args.speculative_config or {}
+    if spec and args.fake_eagle3_types and spec.get("method") == "eagle3":
+        allowed = [t.strip() for t in args.fake_eagle3_types.split(",") if t.strip()]
+        mt = target_model_type(args.model)
+        if not any(t in mt for t in allowed):
+            print("Traceback (most recent call last):", flush=True)
+            print('  File "vllm/engine/arg_utils.py", line 1, in create_speculative_config',
+                  flush=True)
+            print("pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+                  "SpeculativeConfig", flush=True)
+            print(f"  Value error, Eagle3 is only supported for {allowed} models. Got "
+                  f"self.target_model_config.hf_text_config.model_type='{mt}' "
+                  "[type=value_error, input_value=ArgsKwargs((), {'method': 'eagle3'}), "
+                  "input_type=ArgsKwargs]", flush=True)
+            return 1
+    if args.fake_engine_child:
+        # named so tests can find it: the engine process of the server on this port
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)",
+                                  "fake-engine-core", f"--port={args.port}"])
+        log("INFO", "core.py:1", f"EngineCore_DP0 pid={child.pid} started")
+    if args.fake_die_after is not None:
+        time.sleep(args.fake_die_after)
+        print("(EngineCore_DP0) ERROR [core.py:712] EngineCore failed to start.", flush=True)
+        print("Traceback (most recent call last):", flush=True)
+        print('  File "vllm/v1/engine/core.py", line 703, in run_engine_core', flush=True)
+        print(args.fake_die_message, flush=True)
+        print("RuntimeError: Engine core initialization failed. See root cause above. "
+              "Failed core proc(s): {}", flush=True)
+        return 1
+    engine = Engine(args)
+    ready = threading.Event()
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, ready))
+    server.daemon_threads = True
+    log("INFO", "api_server.py:2", f"Starting vLLM API server 0 on http://{args.host}:"
+                                   f"{args.port}")
+
+    def stop(signum: int, frame: object) -> None:
+        log("INFO", "launcher.py:1", "Shutting down FastAPI HTTP server.")
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    if not args.fake_ignore_term:
+        signal.signal(signal.SIGTERM, stop)
+
+    def warm_up() -> None:
+        time.sleep(args.fake_startup_s)
+        ready.set()
+        log("INFO", "launcher.py:2", "Application startup complete.")
+
+    threading.Thread(target=warm_up, daemon=True).start()
+    server.serve_forever(poll_interval=0.1)
+    server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

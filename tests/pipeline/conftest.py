@@ -1,0 +1,69 @@
+"""Executors on both kinds of host, so each behaviour is tested locally and over real SSH."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.executor import Executor, JobHandle, JobStatus
+from pipeline.spec import HostSpec
+
+MakeExecutor = Callable[[], Executor]
+
+
+@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.ssh)])
+def make_executor(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeExecutor]:
+    """A factory of fresh executors for one host (a new one = a restarted harness)."""
+    made: list[Executor] = []
+    if request.param == "local":
+        from pipeline.local import LocalExecutor
+
+        host = HostSpec(workdir=str(tmp_path / "work"))
+
+        def make() -> Executor:
+            made.append(LocalExecutor(host))
+            return made[-1]
+    else:
+        from pipeline.ssh import SSHExecutor
+
+        ssh_host = request.getfixturevalue("ssh_host")
+
+        def make() -> Executor:
+            made.append(SSHExecutor(ssh_host, reconnect_budget=20))
+            return made[-1]
+    yield make
+    for ex in made:
+        ex.close()
+
+
+@pytest.fixture
+def executor(make_executor: MakeExecutor) -> Executor:
+    return make_executor()
+
+
+def wait_for(ex: Executor, handle: JobHandle, deadline_s: float = 30) -> JobStatus:
+    """Poll until the job is no longer running; fail the test after ``deadline_s``."""
+    end = time.monotonic() + deadline_s
+    while (status := ex.poll(handle)).state == "running":
+        assert time.monotonic() < end, f"job {handle.run_id} still running after {deadline_s}s"
+        time.sleep(0.1)
+    return status
+
+
+def wait_until(check: Callable[[], bool], deadline_s: float = 15, what: str = "") -> None:
+    end = time.monotonic() + deadline_s
+    while not check():
+        assert time.monotonic() < end, f"gave up waiting for {what or check}"
+        time.sleep(0.05)
+
+
+def process_alive(pid: int) -> bool:
+    """Running and not a zombie (pid 1 in some containers never reaps)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -1,0 +1,128 @@
+"""The benchmark action run directly against fake servers: endpoints, chat templates,
+engines, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.openai_client import get
+from pipeline.vllm_metrics import spec_delta, spec_snapshot
+from tests.conftest import ROOT
+from tests.serve.helpers import CHAT_PROMPTS
+
+SPEC = {"method": "eagle3", "model": "d", "num_speculative_tokens": 3}
+COMPLETION_PROMPTS = str(ROOT / "examples" / "prompts" / "completion.jsonl")
+
+
+def benchmark(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
+    result = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, "-m", "pipeline.eagle3.benchmark", *args,
+                           "--result", str(result)], capture_output=True, text=True,
+                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                          timeout=240)
+    doc = json.loads(result.read_text()) if result.exists() else {}
+    return proc.returncode, doc, proc.stdout + proc.stderr
+
+
+def sent(record: Path) -> list[dict]:
+    return [json.loads(line) for line in record.read_text().splitlines()]
+
+
+def tiny_tokenizer(path: Path) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "hi": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+    fast.chat_template = (
+        "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>"
+        "{% if enable_thinking is defined and not enable_thinking %}<think></think>"
+        "{% else %}<think>{% endif %}{% endif %}")
+    fast.save_pretrained(str(path))
+    return path
+
+
+@pytest.mark.ml
+@pytest.mark.parametrize("reasoning, ending", [("--reasoning", "<|assistant|><think>"),
+                                                ("--no-reasoning",
+                                                 "<|assistant|><think></think>")])
+def test_completions_endpoint_applies_the_verifiers_chat_template(
+        tmp_path: Path, fake_server, reasoning: str, ending: str) -> None:
+    url, record = fake_server(spec=SPEC)
+    tok = tiny_tokenizer(tmp_path / "verifier")
+    code, doc, out = benchmark(tmp_path, "--url", url, "--prompts", CHAT_PROMPTS,
+                               "--endpoint", "completions", "--tokenizer", str(tok),
+                               reasoning, "--concurrency", "[2]", "--max-tokens", "8",
+                               "--warmup", "0", "--requests", "4")
+    assert code == 0, out
+    bodies = [r["body"] for r in sent(record)]
+    assert all(r["path"] == "/v1/completions" for r in sent(record))
+    first = json.loads(Path(CHAT_PROMPTS).read_text().splitlines()[0])["messages"]
+    expected = "".join(f"<|{m['role']}|>{m['content']}\n" for m in first) + ending
+    assert any(b["prompt"] == expected for b in bodies)
+    assert all(b["prompt"].endswith(ending) for b in bodies)
+    assert doc["metrics"]["requests_completed"] == 4
+    assert "baseline_not_speculating" not in {c["name"] for c in doc["checks"]}
+
+
+def test_chat_endpoint_sends_the_reasoning_switch_and_plain_prompts(tmp_path: Path,
+                                                                    fake_server) -> None:
+    url, record = fake_server("--reasoning-parser", "qwen3", spec=SPEC)
+    code, doc, out = benchmark(tmp_path, "--url", url, "--prompts", COMPLETION_PROMPTS,
+                               "--no-reasoning", "--concurrency", "[1]", "--max-tokens", "8",
+                               "--warmup", "1", "--requests", "3", "--ignore-eos")
+    assert code == 0, out
+    bodies = [r["body"] for r in sent(record)]
+    assert len(bodies) == 1 + 3  # the warm-up is sent but not measured
+    assert bodies[1]["messages"] == [{"role": "user", "content": json.loads(
+        Path(COMPLETION_PROMPTS).read_text().splitlines()[0])["prompt"]}]
+    assert all(b["chat_template_kwargs"] == {"enable_thinking": False} for b in bodies)
+    assert all(b["ignore_eos"] is True and b["temperature"] == 0.0 for b in bodies)
+    assert doc["metrics"]["levels"][0]["completed"] == 3
+    details = json.loads(Path(doc["artifacts"][0]).read_text())
+    assert [r["index"] for r in details["levels"][0]["records"]] == [0, 1, 2]
+    assert all(r["output_tokens"] == 8 and r["usage_reported"]
+               for r in details["levels"][0]["records"])
+
+
+def test_several_engines_add_up_to_the_servers_totals(tmp_path: Path, fake_server) -> None:
+    url, _ = fake_server("--fake-engines", "2", spec=SPEC)
+    code, doc, out = benchmark(tmp_path, "--url", url, "--prompts", CHAT_PROMPTS,
+                               "--concurrency", "[4]", "--max-tokens", "16", "--warmup", "0")
+    assert code == 0, out
+    snap = spec_snapshot(get(f"{url}/metrics").body.decode())
+    assert snap.engines == ("0", "1")
+    total = spec_delta(spec_snapshot(""), snap)
+    m = doc["metrics"]
+    assert m["num_drafts"] == total.drafts and m["num_accepted_tokens"] == total.accepted
+    assert m["acceptance_per_position"] == [round(x, 4) for x in
+                                            total.acceptance_per_position]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--url", "http://127.0.0.1:9", "--prompts", CHAT_PROMPTS],
+     "no speculative server answers at http://127.0.0.1:9: connection refused"),
+    (["--prompts", CHAT_PROMPTS, "--endpoint", "completions"],
+     "chat prompts on the completions endpoint need `tokenizer`"),
+    (["--prompts", "BAD"], ":2: not JSON"),
+    (["--prompts", CHAT_PROMPTS, "--concurrency", "[0]"],
+     "concurrency must be a list of positive integers"),
+])
+def test_bad_input_fails_with_a_clear_error(tmp_path: Path, fake_server, args: list[str],
+                                            message: str) -> None:
+    url, _ = fake_server(spec=SPEC)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "fine"}\n{"prompt": oops}\n')
+    args = [str(bad) if a == "BAD" else a for a in args]
+    if "--url" not in args:
+        args = ["--url", url, *args]
+    code, doc, out = benchmark(tmp_path, *args)
+    assert code != 0
+    assert message in (doc.get("error") or out), out
