@@ -85,7 +85,6 @@ class StoreIO:
         self._selected: int | None = None
         self._shown: int | None = -1  # the todo the detail pane shows (-1: none yet)
         self._log = _LogFollow()
-        self._replay_n: int | None = None  # None: live
         self._replay_target: int | None = None
         self._replay_selected: int | None = None
         self._replay_total = 0
@@ -158,13 +157,13 @@ class StoreIO:
             elif kind == "replay":
                 self._replay_request(*value)
             elif kind == "live":
-                self._replay_n = self._replay_target = self._replay_state = None
+                self._replay_target = self._replay_state = None
             elif kind == "session":
                 self.session_id = value
                 self._state = None
                 self._selected = None
                 self._shown = -1
-                self._replay_n = self._replay_target = self._replay_state = None
+                self._replay_target = self._replay_state = None
             elif kind == "stop":
                 stop = True
         if stop:
@@ -271,6 +270,8 @@ class StoreIO:
 
     # -- replay --------------------------------------------------------------------------
     def _replay_request(self, how: str, value: int | None) -> None:
+        if how != "enter" and self._replay_target is None:
+            return  # replay was left; a late request from its screen means nothing now
         total = self.store.last_n(self.session_id)
         self._replay_total = total
         current = self._replay_target if self._replay_target is not None else total
@@ -330,7 +331,6 @@ class StoreIO:
         if self._state is None:
             self._read_session()
         board = board_view(state, name=self._name, pipeline=self._pipeline, replay=True)
-        self._replay_n = n
         self._replay_dirty = False
         self._post(ReplayLoaded(ReplayView(n=n, total=total, event=event, board=board,
                                            detail=detail_view(state, num, history,

@@ -8,7 +8,7 @@ safe; RunStates are mutated in place, so views carry copies.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from state.fold import (
     Event,
@@ -64,7 +64,6 @@ class ReplayView:
     event: Event | None
     board: BoardView
     detail: DetailView
-    status_changes: tuple[int, ...] = field(default=())
 
 
 def running_runs(state: SessionState) -> tuple[RunState, ...]:
