@@ -12,6 +12,12 @@ from typing import Any
 
 from state.fold import Event
 
+# How the CLI board and the TUI show a status and a priority.
+GLYPH = {"in_progress": "▶", "pending": "○", "blocked": "■", "completed": "✓", "cancelled": "✗"}
+BADGE = {"high": "H", "medium": "M", "low": "L"}
+SECTION = {"in_progress": "In progress", "pending": "Pending", "blocked": "Blocked",
+           "completed": "Completed", "cancelled": "Cancelled"}
+
 
 def _escape(ch: str) -> str:
     code = ord(ch)

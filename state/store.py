@@ -407,14 +407,16 @@ class Tx:
 
     # -- runs, verifications, artifacts, logs --------------------------------------------
     def queue_run(self, *, todo_id: int | None, host: str, stage: str | None = None,
-                  attempt: int = 1, command: str | None = None, **extra: Any) -> RunState:
+                  attempt: int = 1, command: str | None = None, ts: str | None = None,
+                  **extra: Any) -> RunState:
         rid = self.new_id("runs")
         payload = {"run": rid, "host": host, "stage": stage, "attempt": attempt, "state": "queued",
                    "command": command, **extra}
-        self.emit("run.queued", todo_id=todo_id, payload=payload)
+        self.emit("run.queued", todo_id=todo_id, payload=payload, ts=ts)
         return self.state.runs[rid]
 
-    def update_run(self, run_id: int, **changes: Any) -> dict[str, list[Any]]:
+    def update_run(self, run_id: int, *, ts: str | None = None,
+                   **changes: Any) -> dict[str, list[Any]]:
         self.load_runs()
         run = self.state.runs.get(run_id)
         if run is None:
@@ -425,18 +427,22 @@ class Tx:
         if unknown:
             raise InvalidChange(f"unknown run field(s) {sorted(unknown)}")
         if diff:
-            self.emit("run.updated", todo_id=run.todo_id, payload={"run": run_id, "changes": diff})
+            self.emit("run.updated", todo_id=run.todo_id, payload={"run": run_id, "changes": diff},
+                      ts=ts)
         return diff
 
-    def record_verification(self, *, todo_id: int | None, **fields_: Any) -> VerificationState:
+    def record_verification(self, *, todo_id: int | None, ts: str | None = None,
+                            **fields_: Any) -> VerificationState:
         vid = self.new_id("verifications")
         self.emit("verification.recorded", todo_id=todo_id,
-                  payload={"verification": vid, **fields_})
+                  payload={"verification": vid, **fields_}, ts=ts)
         return self.state.verifications[vid]
 
-    def record_artifact(self, *, todo_id: int | None, **fields_: Any) -> ArtifactState:
+    def record_artifact(self, *, todo_id: int | None, ts: str | None = None,
+                        **fields_: Any) -> ArtifactState:
         aid = self.new_id("artifacts")
-        self.emit("artifact.recorded", todo_id=todo_id, payload={"artifact": aid, **fields_})
+        self.emit("artifact.recorded", todo_id=todo_id, payload={"artifact": aid, **fields_},
+                  ts=ts)
         return self.state.artifacts[aid]
 
     def append_log(self, run_id: int, offset: int, data: str) -> None:

@@ -10,14 +10,10 @@ from harness import todos as uc
 from harness.agent import todo_json
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.cli.run_cmds import cancel_run_cmd
-from harness.render import describe, safe_line, safe_text
+from harness.render import BADGE, GLYPH, SECTION, describe, safe_line, safe_text
 from state.fold import STATUSES, TodoState, board_key, unmet_dependencies
 
 PRIORITY_CHOICE = click.Choice(["high", "medium", "low", "H", "M", "L", "h", "m", "l"])
-GLYPH = {"in_progress": "▶", "pending": "○", "blocked": "■", "completed": "✓", "cancelled": "✗"}
-BADGE = {"high": "H", "medium": "M", "low": "L"}
-SECTION = {"in_progress": "In progress", "pending": "Pending", "blocked": "Blocked",
-           "completed": "Completed", "cancelled": "Cancelled"}
 
 
 def _row(t: TodoState, by_num: dict[int, TodoState], width: int = 72) -> str:

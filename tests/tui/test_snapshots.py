@@ -1,0 +1,75 @@
+"""Snapshots of the screens people look at, on the fixed-time campaign session.
+
+Update after an intended change with ``pytest tests/tui/test_snapshots.py
+--snapshot-update`` and look at the SVGs in ``__snapshots__/`` before committing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tests.tui.conftest import Campaign
+from tui.app import HarnessApp
+from tui.widgets.board import Board
+from tui.widgets.verification import VerificationPanel
+
+SIZE = (140, 40)
+
+
+def ready(app: HarnessApp, *keys: str, select: int | None = None
+          ) -> Callable[[Any], Awaitable[None]]:
+    async def run_before(pilot: Any) -> None:
+        await app.settled()
+        if select is not None:
+            app.screen.query_one(Board).select(select)
+            await pilot.pause()  # the selection reaches the store thread...
+            await app.settled()  # ...and its detail comes back
+        for key in keys:
+            await pilot.press(key)
+            await app.settled()
+        await pilot.pause()
+    return run_before
+
+
+def test_board(snap_compare: Any, campaign: Campaign) -> None:
+    app = campaign.app()
+    assert snap_compare(app, terminal_size=SIZE, run_before=ready(app))
+
+
+def test_detail_of_a_blocked_todo(snap_compare: Any, campaign: Campaign) -> None:
+    app = campaign.app()
+    assert snap_compare(app, terminal_size=SIZE, run_before=ready(app, select=8))
+
+
+def test_live_log_tail(snap_compare: Any, campaign: Campaign) -> None:
+    app = campaign.app()
+    assert snap_compare(app, terminal_size=SIZE, run_before=ready(app, "2", select=6))
+
+
+def test_verification_panel(snap_compare: Any, campaign: Campaign) -> None:
+    app = campaign.app()
+    assert snap_compare(app, terminal_size=SIZE, run_before=ready(app, "3", select=8))
+
+
+def test_verification_earlier_attempt(snap_compare: Any, campaign: Campaign) -> None:
+    app = campaign.app()
+
+    async def run_before(pilot: Any) -> None:
+        await ready(app, "3", select=8)(pilot)
+        app.screen.query_one(VerificationPanel).choose(1)  # the first attempt (no d2t)
+        await pilot.pause()
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_replay(snap_compare: Any, campaign: Campaign) -> None:
+    app = campaign.app()
+    # Into replay at the last event, then back to the status change before the block.
+    assert snap_compare(app, terminal_size=SIZE,
+                        run_before=ready(app, "r", "left_square_bracket",
+                                         "left_square_bracket", select=8))
+
+
+def test_narrow_terminal(snap_compare: Any, campaign: Campaign) -> None:
+    app = campaign.app()
+    assert snap_compare(app, terminal_size=(80, 24), run_before=ready(app, select=9))

@@ -1,0 +1,1 @@
+"""Screens: the live board, replay, and the prompt and help dialogs."""

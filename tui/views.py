@@ -1,0 +1,99 @@
+"""What the screens show, as plain frozen values built on the store thread.
+
+The store thread folds events into a :class:`state.fold.SessionState` and hands the UI
+these views. TodoStates are replaced, never mutated, by the fold, so sharing them is
+safe; RunStates are mutated in place, so views carry copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from state.fold import (
+    Event,
+    RunState,
+    SessionState,
+    TodoState,
+    VerificationState,
+    unmet_dependencies,
+)
+
+
+@dataclass(frozen=True)
+class BoardView:
+    """The board and its header: one session, live or as of event ``n``."""
+
+    session_id: int
+    session_name: str
+    pipeline: str | None
+    n: int
+    todos: Mapping[int, TodoState]
+    running: tuple[RunState, ...] = ()
+    replay: bool = False
+
+
+@dataclass(frozen=True)
+class DetailView:
+    """One todo with its evidence. ``todo`` is None when nothing is selected."""
+
+    todo: TodoState | None
+    waiting_on: tuple[int, ...] = ()
+    history: tuple[Event, ...] = ()
+    runs: tuple[RunState, ...] = ()
+    verifications: tuple[VerificationState, ...] = ()
+    live: bool = True
+
+
+@dataclass(frozen=True)
+class LogUpdate:
+    """New lines of a run's log. ``reset`` starts a new run's tail."""
+
+    run_id: int | None
+    lines: tuple[str, ...] = ()
+    partial: str = ""
+    reset: bool = False
+
+
+@dataclass(frozen=True)
+class ReplayView:
+    """The session as it was just after event ``n`` of ``total``."""
+
+    n: int
+    total: int
+    event: Event | None
+    board: BoardView
+    detail: DetailView
+
+
+def running_runs(state: SessionState) -> tuple[RunState, ...]:
+    return tuple(replace(r) for r in sorted(state.runs.values(), key=lambda r: r.id)
+                 if r.state == "running")
+
+
+def board_view(state: SessionState, *, name: str, pipeline: str | None,
+               replay: bool = False) -> BoardView:
+    return BoardView(session_id=state.session_id, session_name=name, pipeline=pipeline,
+                     n=state.n, todos=dict(state.todos), running=running_runs(state),
+                     replay=replay)
+
+
+def detail_view(state: SessionState, num: int | None, history: list[Event], *,
+                live: bool) -> DetailView:
+    todo = state.todos.get(num) if num is not None else None
+    if todo is None:
+        return DetailView(todo=None, live=live)
+    runs = tuple(replace(r) for r in sorted(state.runs.values(), key=lambda r: r.id)
+                 if r.todo_id == num)
+    verifs = tuple(v for v in sorted(state.verifications.values(), key=lambda v: v.id)
+                   if v.todo_id == num)
+    return DetailView(todo=todo, waiting_on=tuple(unmet_dependencies(todo, state.todos)),
+                      history=tuple(history), runs=runs, verifications=verifs, live=live)
+
+
+def current_run(detail: DetailView) -> RunState | None:
+    """The run whose log the detail pane follows: a running one, else the latest."""
+    for run in reversed(detail.runs):
+        if run.state == "running":
+            return run
+    return detail.runs[-1] if detail.runs else None

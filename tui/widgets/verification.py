@@ -1,0 +1,233 @@
+"""Verification results of the selected todo: checks, acceptance per position, τ, speedup,
+and the gate's verdict; earlier attempts stay selectable.
+
+A result is :class:`state.fold.VerificationState`: ``checks`` is a list of
+``{name, passed, value, expected, message}``, ``metrics`` holds e.g.
+``acceptance_per_position`` (a list of rates), ``tau`` (mean acceptance length) and
+``projected_speedup``, and ``gate`` the thresholds it was held to
+(``{min_acceptance_length: 2.0, min_projected_speedup: 1.1}``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+from state.fold import VerificationState
+from tui.text import block, clock, line, number
+
+BAR_WIDTH = 24
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+# Gate thresholds name the metric they hold; these metrics go by another name.
+_METRIC_ALIASES = {"acceptance_length": "tau", "mean_acceptance_length": "tau",
+                   "speedup": "projected_speedup"}
+SHOWN_METRICS = ("acceptance_per_position", "tau", "projected_speedup")
+
+
+def bar(fraction: float, width: int = BAR_WIDTH) -> Text:
+    """A horizontal bar with eighth-cell precision."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    out = Text("█" * full, style="green" if fraction >= 0.5 else "yellow")
+    if part:
+        out.append(_EIGHTHS[part], style="green" if fraction >= 0.5 else "yellow")
+    out.append("·" * (width - full - (1 if part else 0)), style="grey30")
+    return out
+
+
+def gate_rows(gate: dict[str, Any], metrics: dict[str, Any]) -> list[tuple[Text, Text]]:
+    """Each threshold with the measured value it was compared with, when there is one."""
+    rows = []
+    for key, threshold in gate.items():
+        name = key[4:] if key.startswith(("min_", "max_")) else key
+        measured = metrics.get(name, metrics.get(_METRIC_ALIASES.get(name, "")))
+        label = line(key, 32)
+        value = Text()
+        if isinstance(threshold, (int, float)) and isinstance(measured, (int, float)) \
+                and key.startswith(("min_", "max_")):
+            ok = measured >= threshold if key.startswith("min_") else measured <= threshold
+            value.append("✓ " if ok else "✗ ", style="bold green" if ok else "bold red")
+            value.append(f"{number(measured)}, needs {'≥' if key.startswith('min_') else '≤'} "
+                         f"{number(threshold)}")
+        else:
+            value.append(number(threshold))
+        rows.append((label, value))
+    return rows
+
+
+def attempt_label(v: VerificationState) -> Text:
+    """One short line per attempt (an OptionList wraps long ones): when, which run, and
+    the headline figures, or the verdict when there are none."""
+    out = Text(no_wrap=True, overflow="ellipsis")
+    out.append("✓ " if v.passed else "✗ ", style="bold green" if v.passed else "bold red")
+    out.append(f"v{v.id}", style="bold")
+    out.append(f"  {clock(v.created_at)[5:16]}", style="dim")
+    if v.run_id is not None:
+        out.append(f"  r{v.run_id}", style="dim")
+    figures = []
+    if "tau" in v.metrics:
+        figures.append(f"τ {number(v.metrics['tau'])}")
+    if "projected_speedup" in v.metrics:
+        figures.append(f"{number(v.metrics['projected_speedup'])}x")
+    out.append("  ")
+    if figures:
+        out.append("  ".join(figures))
+    else:
+        out.append_text(line(v.verdict, 32))
+    return out
+
+
+def report(v: VerificationState) -> Table:
+    """One attempt, all of it, as a renderable."""
+    out = Table.grid(padding=(0, 1), expand=True)
+    out.add_column()
+
+    verdict = Text()
+    verdict.append(" PASSED " if v.passed else " FAILED ",
+                   style="bold white on dark_green" if v.passed else "bold white on red3")
+    verdict.append("  ")
+    verdict.append_text(block(v.verdict))
+    out.add_row(verdict)
+    where = Text(style="dim")
+    where.append(f"{v.kind}")
+    if v.artifact:
+        where.append("  ")
+        where.append_text(line(v.artifact, 60))
+    if v.sha256:
+        where.append(f"  sha256 {v.sha256[:12]}")
+    out.add_row(where)
+
+    if v.checks:
+        checks = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim",
+                       expand=False, title=None)
+        for name in ("", "check", "measured", "expected", ""):
+            checks.add_column(Text(name), no_wrap=name != "")
+        for c in v.checks:
+            ok = bool(c.get("passed"))
+            checks.add_row(Text("✓" if ok else "✗", style="bold green" if ok else "bold red"),
+                           line(str(c.get("name", "?")), 28),
+                           Text(number(c.get("value"))), Text(number(c.get("expected"))),
+                           line(c.get("message") or "", 60, style="dim"))
+        out.add_row(Text("Checks", style="bold"))
+        out.add_row(checks)
+
+    m = v.metrics
+    per_pos = m.get("acceptance_per_position")
+    if isinstance(per_pos, list) and per_pos:
+        out.add_row(Text("Acceptance per position", style="bold"))
+        bars = Table.grid(padding=(0, 1))
+        for _ in range(3):
+            bars.add_column(no_wrap=True)
+        for i, rate in enumerate(per_pos, start=1):
+            value = float(rate) if isinstance(rate, (int, float)) else 0.0
+            bars.add_row(Text(f"pos {i}", style="dim"), bar(value), Text(f"{value:.1%}"))
+        out.add_row(bars)
+
+    figures = Text()
+    if "tau" in m:
+        figures.append("τ ", style="bold")
+        figures.append(number(m["tau"]))
+        figures.append(" (mean acceptance length)   ", style="dim")
+    if "projected_speedup" in m:
+        figures.append("projected speedup ", style="bold")
+        figures.append(f"{number(m['projected_speedup'])}x")
+    if figures:
+        out.add_row(figures)
+    others = {k: val for k, val in m.items() if k not in SHOWN_METRICS}
+    if others:
+        more = Table.grid(padding=(0, 1))
+        more.add_column(style="dim", no_wrap=True)
+        more.add_column()
+        for k, val in others.items():
+            more.add_row(line(k, 32), Text(number(val)))
+        out.add_row(more)
+
+    if v.gate:
+        out.add_row(Text("Gate", style="bold"))
+        gate = Table.grid(padding=(0, 1))
+        gate.add_column(style="dim", no_wrap=True)
+        gate.add_column()
+        for label, value in gate_rows(v.gate, m):
+            gate.add_row(label, value)
+        out.add_row(gate)
+    return out
+
+
+class VerificationPanel(Widget):
+    """The attempts (newest first, selectable) and the selected attempt's report."""
+
+    DEFAULT_CSS = """
+    VerificationPanel { height: 1fr; }
+    VerificationPanel OptionList { height: auto; max-height: 5; margin-bottom: 1; }
+    VerificationPanel #verification-empty { color: $text-muted; }
+    VerificationPanel VerticalScroll { height: 1fr; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._results: dict[str, VerificationState] = {}
+        self._chosen: int | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text("No verification results for this todo."), id="verification-empty")
+        yield OptionList(id="attempts")
+        with VerticalScroll():
+            yield Static(id="verification-report")
+
+    def show(self, results: tuple[VerificationState, ...]) -> None:
+        attempts = self.query_one("#attempts", OptionList)
+        ids = [f"v{v.id}" for v in reversed(results)]
+        if ids != list(self._results):
+            # Keep an earlier attempt a person picked; otherwise follow the newest.
+            newest_before = next(iter(self._results), None)
+            kept = self._chosen in {v.id for v in results} and \
+                f"v{self._chosen}" != newest_before
+            highlighted = self._chosen if kept else None
+            self._results = {f"v{v.id}": v for v in reversed(results)}
+            attempts.clear_options()
+            attempts.add_options([Option(attempt_label(v), id=f"v{v.id}")
+                                  for v in self._results.values()])
+            if results:
+                chosen = highlighted if highlighted is not None else results[-1].id
+                attempts.highlighted = ids.index(f"v{chosen}")
+        self.query_one("#verification-empty").display = not results
+        attempts.display = len(results) > 1
+        self._render_chosen()
+
+    @property
+    def chosen(self) -> VerificationState | None:
+        return self._results.get(f"v{self._chosen}") if self._chosen is not None else None
+
+    @on(OptionList.OptionHighlighted, "#attempts")
+    def _picked(self, event: OptionList.OptionHighlighted) -> None:
+        if event.option_id:
+            self._chosen = int(event.option_id[1:])
+            self._render_chosen()
+
+    def choose(self, verification_id: int) -> None:
+        ids = list(self._results)
+        if f"v{verification_id}" in ids:
+            self.query_one("#attempts", OptionList).highlighted = ids.index(f"v{verification_id}")
+            self._chosen = verification_id
+            self._render_chosen()
+
+    def _render_chosen(self) -> None:
+        target = self.query_one("#verification-report", Static)
+        if not self._results:
+            self._chosen = None
+            target.update("")
+            return
+        if self.chosen is None:
+            self._chosen = int(next(iter(self._results))[1:])
+        chosen = self.chosen
+        assert chosen is not None
+        target.update(report(chosen))
