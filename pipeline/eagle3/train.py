@@ -118,6 +118,17 @@ class Dist:
             dist.all_reduce(t)
         return t
 
+    def same_everywhere(self, t) -> bool:
+        """True when ``t`` holds the same values on every rank (DDP kept them in step)."""
+        if self.world == 1:
+            return True
+        import torch.distributed as dist
+
+        hi, lo = t.clone(), t.clone()
+        dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+        dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+        return bool((hi == lo).all())
+
     def barrier(self) -> None:
         if self.world > 1:
             import torch.distributed as dist
@@ -201,6 +212,8 @@ def run(args: argparse.Namespace) -> StageResult:
     result = StageResult(action=ACTION)
     dist = Dist(args.device)
     device = dist.device
+    if not dist.main:
+        args.result = None  # one result per run: rank 0's
     torch.manual_seed(args.seed)
     vcfg = verifier_config(Path(args.verifier))
     data = TrainData(Path(args.hidden_states), seed=args.seed, holdout=args.holdout,
@@ -230,8 +243,13 @@ def run(args: argparse.Namespace) -> StageResult:
     if dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        train_model = DDP(model, device_ids=[dist.local_rank] if on_gpu else None,
-                          broadcast_buffers=False)
+        import inspect
+
+        # The frozen target head is a buffer: never re-broadcast it every step. The flag
+        # was renamed in recent torch; older ones (the GPU image's) know only the old name.
+        no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in
+                   inspect.signature(DDP.__init__).parameters else {"broadcast_buffers": False})
+        train_model = DDP(model, device_ids=[dist.local_rank] if on_gpu else None, **no_sync)
     params = drafter.trainable_parameters()
     opt_kwargs: dict[str, Any] = {"lr": args.lr, "betas": (0.9, 0.95),
                                   "weight_decay": args.weight_decay}
@@ -304,6 +322,10 @@ def run(args: argparse.Namespace) -> StageResult:
                   "train_acc": summarize(acc_c, acc_n), "heldout_acc": heldout,
                   "est_acceptance_length": acceptance_length(heldout),
                   "tokens_per_s": tokens * dist.world / (time.perf_counter() - t0)}
+        if dist.world > 1:
+            flat = torch.cat([p.detach().float().flatten() for p in params])
+            record["ranks_in_sync"] = dist.same_everywhere(
+                torch.stack([flat.sum(), flat.abs().sum(), flat.pow(2).sum()]))
         history.append(record)
         if dist.main:
             log(f"[train] epoch {epoch + 1} held-out per-position accuracy: " +
@@ -334,6 +356,11 @@ def run(args: argparse.Namespace) -> StageResult:
                  value=result.metrics["epochs_done"], expected=args.epochs,
                  message="stopped early on purpose (--stop-after-epochs)" if stopped_early
                  else "")
+    if dist.world > 1:
+        in_sync = all(h.get("ranks_in_sync", False) for h in history if "ranks_in_sync" in h)
+        result.metrics["world_size"] = dist.world
+        result.check("ranks_in_sync", in_sync, value=in_sync,
+                     message="trainable weights identical on every rank after each epoch")
     acc1 = history[-1]["heldout_acc"][0] if history else 0.0
     result.check("heldout_acc_pos1", acc1 >= args.min_acc1, value=round(acc1, 4),
                  expected=f">= {args.min_acc1}",

@@ -93,3 +93,35 @@ def test_warm_start_keeps_the_drafters_own_mapping_and_weights(tiny_trained, exp
     torch.testing.assert_close(warm.fc.weight, original.fc.weight, rtol=0, atol=1e-6)
     # the frozen embeddings came from the verifier, as the exported dir has none
     assert warm.embed_tokens.weight.abs().sum() > 0
+
+
+def test_ddp_on_two_cpu_processes(tiny_trained, tmp_path):
+    """torchrun with gloo: two ranks split the batches and stay in step."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from pipeline.actions import params_to_argv, read_result
+
+    root = Path(__file__).resolve().parents[2]
+    result_path = tmp_path / "ddp.json"
+    params = dict(hidden_states=tiny_trained["hidden"], verifier=tiny_trained["verifier"],
+                  vocab=tiny_trained["vocab"], out=tmp_path / "run", **TRAIN_PARAMS)
+    with socket.socket() as sock:  # torchrun's static rendezvous cannot take port 0
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "pipeline.eagle3.train", *params_to_argv(params),
+           "--result", str(result_path)]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = read_result(result_path)
+    assert result.ok and result.metrics["world_size"] == 2
+    assert {c.name: c.passed for c in result.checks}["ranks_in_sync"]
+    single = tiny_trained["result"].metrics["history"][0]
+    assert "world 2" in proc.stdout and proc.stdout.count("[train] checkpoint") == 2
+    assert result.metrics["history"][1]["train_loss"] < result.metrics["history"][0]["train_loss"]
+    assert single["train_loss"] != result.metrics["history"][0]["train_loss"]  # other batches
