@@ -6,7 +6,7 @@ the workdir, exactly as the runner starts an action. Prints each stage's output,
 of wall times and verdicts, and the drafter's held-out per-position accuracy.
 
     python scripts/eagle3_tiny.py [--spec examples/eagle3-tiny.yaml] [--workdir DIR]
-                                  [--from STAGE] [--fresh]
+                                  [--from STAGE] [--fresh] [--device cuda]
 
 ``--fresh`` renames an existing workdir aside (``DIR.old-<time>``) rather than deleting it.
 """
@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from", dest="start", default=None, help="skip the stages before")
     parser.add_argument("--fresh", action="store_true",
                         help="move an existing workdir aside first")
+    parser.add_argument("--device", default=None,
+                        help="override every stage's `device` parameter (e.g. cuda)")
     args = parser.parse_args(argv)
 
     spec = yaml.safe_load(args.spec.read_text())
@@ -73,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     for stage in stages:
         module = BUILTIN_ACTIONS[stage["action"]]
         result_path = workdir / "results" / f"{stage['name']}.json"
-        cmd = [sys.executable, "-m", module, *params_to_argv(stage.get("with") or {}),
+        params = dict(stage.get("with") or {})
+        if args.device and "device" in params:
+            params["device"] = args.device
+        cmd = [sys.executable, "-m", module, *params_to_argv(params),
                "--result", str(result_path)]
         print(f"\n== {stage['name']}: {' '.join(cmd[1:])}", flush=True)
         t0 = time.perf_counter()

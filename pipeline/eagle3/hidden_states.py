@@ -10,7 +10,8 @@ configs count one lower, so pass their ids plus one.
 How it stays fast on a GPU: only the body runs (no ``lm_head``); forward pre-hooks keep just
 the three aux inputs (no ``output_hidden_states`` tuple); real tokens are gathered on the GPU
 with a precomputed index (no host sync), copied to pinned host memory on a side stream while
-the next batch runs, and shards are assembled and written by a background thread.
+the next batch runs, and a background thread writes those rows straight into their place in
+the shard file (no further host copies).
 
 Resumable: shard boundaries are fixed by the tokens file and ``--shard-tokens``; existing
 shards are checked (header, shapes, token ids, config hash) and skipped. ``--validate`` then
@@ -40,8 +41,14 @@ from pipeline.eagle3.common import (
     pick_dtype,
     verifier_config,
 )
-from pipeline.eagle3.datafiles import read_tokens, write_safetensors
-from pipeline.eagle3.shards import INDEX, SHARD_FORMAT, shard_name, validate_shard
+from pipeline.eagle3.datafiles import read_tokens
+from pipeline.eagle3.shards import (
+    INDEX,
+    SHARD_FORMAT,
+    StreamingShard,
+    shard_name,
+    validate_shard,
+)
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.hidden_states"
@@ -148,12 +155,11 @@ def plan_batches(lengths: list[int], batch_tokens: int, max_batch: int) -> list[
 
 
 class ShardAssembler:
-    """Background thread: takes packed batches from pinned memory, places each sample's rows
-    at its offset in the shard, writes the shard when complete, and frees the pinned buffer."""
+    """Background thread running the write jobs handed to it, in order; the first failure is
+    re-raised in the main thread."""
 
-    def __init__(self, write_shard):
+    def __init__(self):
         self._q: queue.Queue = queue.Queue(maxsize=4)
-        self._write = write_shard
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -262,6 +268,12 @@ def run(args: argparse.Namespace) -> StageResult:
 def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], todo: list[int],
             aux_layers: list[int], out: Path, digest: str, device: Any, save_dtype: Any,
             args: argparse.Namespace, on_shard) -> dict[str, Any]:
+    """Run the verifier over the ``todo`` shards of ``plan`` and write them.
+
+    Per batch, on the GPU: body forward with the capture hooks, gather the real tokens with a
+    precomputed index (no host sync), cast, and copy into a pinned buffer on a side stream.
+    On the assembler thread: wait for that copy and write the rows into the shard file.
+    """
     import torch
 
     hidden = model.config.hidden_size
@@ -269,101 +281,102 @@ def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], tod
     on_gpu = device.type == "cuda"
     copy_stream = torch.cuda.Stream() if on_gpu else None
     offsets, input_ids, loss_mask = tokens["offsets"], tokens["input_ids"], tokens["loss_mask"]
-    # Two pinned buffers: the GPU fills one while the assembler drains the other.
     cap = args.batch_tokens
+    # Two pinned buffer pairs: the GPU fills one while the assembler writes the other out.
     free_bufs: queue.Queue = queue.Queue()
     for _ in range(2):
-        buf = torch.empty(cap, 4 * hidden, dtype=save_dtype, pin_memory=on_gpu)
-        free_bufs.put(buf)
-    assembler = ShardAssembler(None)
+        free_bufs.put((torch.empty(cap, 3 * hidden, dtype=save_dtype, pin_memory=on_gpu),
+                       torch.empty(cap, hidden, dtype=save_dtype, pin_memory=on_gpu)))
+    assembler = ShardAssembler()
     total = sum(int(offsets[plan[i][1]] - offsets[plan[i][0]]) for i in todo)
     progress = Progress("hidden_states", total=sum(plan[i][1] - plan[i][0] for i in todo))
     bad_flag = torch.zeros((), dtype=torch.bool, device=device)
 
-    # no_grad rather than inference_mode: the assembler thread writes into tensors made
-    # here, and inference tensors refuse in-place updates outside inference mode.
-    with torch.no_grad():
-        for shard in todo:
-            s, e = plan[shard]
-            base = int(offsets[s])
-            t_shard = int(offsets[e]) - base
-            aux_cpu = torch.empty(t_shard, 3 * hidden, dtype=save_dtype)
-            last_cpu = torch.empty(t_shard, hidden, dtype=save_dtype)
-            lengths = [int(offsets[i + 1] - offsets[i]) for i in range(s, e)]
-            if max(lengths) > cap:
-                raise ActionError(f"a sample of {max(lengths)} tokens exceeds --batch-tokens "
-                                  f"{cap}", where=str(tokens["path"]))
-            for batch in plan_batches(lengths, cap, args.max_batch_size):
-                rows = [s + j for j in batch]
-                width = max(lengths[j] for j in batch)
-                ids = torch.zeros(len(rows), width, dtype=torch.long)
-                flat = []
-                for r, i in enumerate(rows):
-                    a, b = int(offsets[i]), int(offsets[i + 1])
-                    ids[r, : b - a] = input_ids[a:b].long()
-                    flat.extend(range(r * width, r * width + b - a))
-                t = len(flat)
-                ids = ids.to(device, non_blocking=True)
-                flat_idx = torch.tensor(flat, dtype=torch.long).to(device, non_blocking=True)
-                aux, last = capture(ids)
-                packed = torch.cat([h.reshape(-1, hidden).index_select(0, flat_idx)
-                                    for h in (*aux, last)], dim=1).to(save_dtype)
-                bad_flag |= ~torch.isfinite(packed).all()
-                buf = free_bufs.get()
-                if on_gpu:
-                    copy_stream.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(copy_stream):
-                        buf[:t].copy_(packed, non_blocking=True)
-                        packed.record_stream(copy_stream)
-                        event = torch.cuda.Event()
-                        event.record(copy_stream)
-                else:
-                    buf[:t].copy_(packed)
+    try:
+        with torch.no_grad():
+            for shard in todo:
+                s, e = plan[shard]
+                lengths = [int(offsets[i + 1] - offsets[i]) for i in range(s, e)]
+                if max(lengths) > cap:
+                    raise ActionError(f"a sample of {max(lengths)} tokens exceeds "
+                                      f"--batch-tokens {cap}", where=str(tokens["path"]))
+                batches = plan_batches(lengths, cap, args.max_batch_size)
+                order = [s + j for batch in batches for j in batch]
+                rows = torch.tensor([lengths[i - s] for i in order], dtype=torch.int64)
+                shard_offsets = torch.zeros(len(order) + 1, dtype=torch.int64)
+                shard_offsets[1:] = torch.cumsum(rows, 0)
+                ids_cpu = torch.cat([input_ids[offsets[i]:offsets[i + 1]] for i in order])
+                mask_cpu = torch.cat([loss_mask[offsets[i]:offsets[i + 1]] for i in order])
+                meta = {"format": SHARD_FORMAT, "config_hash": digest,
+                        "aux_layers": json.dumps(aux_layers), "hidden_size": hidden,
+                        "sample_start": s, "num_samples": e - s}
+                writer = StreamingShard(
+                    out / shard_name(shard), rows=int(shard_offsets[-1]), hidden=hidden,
+                    dtype=save_dtype, meta=meta,
+                    small={"offsets": shard_offsets, "sample_index": torch.tensor(order),
+                           "input_ids": ids_cpu.to(torch.int32), "loss_mask": mask_cpu})
+                cursor = 0
+                for batch in batches:
+                    sample_ids = [s + j for j in batch]
+                    width = max(lengths[j] for j in batch)
+                    ids = torch.zeros(len(batch), width, dtype=torch.long)
+                    flat: list[int] = []
+                    for r, i in enumerate(sample_ids):
+                        a, b = int(offsets[i]), int(offsets[i + 1])
+                        ids[r, : b - a] = input_ids[a:b].long()
+                        flat.extend(range(r * width, r * width + b - a))
+                    t = len(flat)
+                    ids = ids.to(device, non_blocking=True)
+                    flat_idx = torch.tensor(flat, dtype=torch.long).to(device, non_blocking=True)
+                    aux, last = capture(ids)
+                    aux_rows = torch.cat([h.reshape(-1, hidden).index_select(0, flat_idx)
+                                          for h in aux], dim=1).to(save_dtype)
+                    last_rows = last.reshape(-1, hidden).index_select(0, flat_idx).to(save_dtype)
+                    bad_flag |= ~(torch.isfinite(aux_rows).all() & torch.isfinite(last_rows).all())
+                    aux_buf, last_buf = free_bufs.get()
                     event = None
-                places = [(int(offsets[i]) - base, int(offsets[i + 1]) - base) for i in rows]
-                assembler.put(_placer(buf, t, places, aux_cpu, last_cpu, hidden, event,
-                                      free_bufs))
-                progress.update(len(rows), t)
-            if bool(bad_flag):
-                raise ActionError(f"NaN or Inf in the verifier's hidden states for samples "
-                                  f"{s}..{e - 1}", where=str(args.verifier))
-            meta = {"format": SHARD_FORMAT, "config_hash": digest,
-                    "aux_layers": json.dumps(aux_layers), "hidden_size": hidden,
-                    "sample_start": s, "num_samples": e - s}
-            shard_offsets = offsets[s: e + 1] - base
-            ids_cpu = input_ids[base: base + t_shard].to(torch.int32)
-            mask_cpu = loss_mask[base: base + t_shard]
-            path = out / shard_name(shard)
+                    if on_gpu:
+                        copy_stream.wait_stream(torch.cuda.current_stream())
+                        with torch.cuda.stream(copy_stream):
+                            aux_buf[:t].copy_(aux_rows, non_blocking=True)
+                            last_buf[:t].copy_(last_rows, non_blocking=True)
+                            aux_rows.record_stream(copy_stream)
+                            last_rows.record_stream(copy_stream)
+                            event = torch.cuda.Event()
+                            event.record(copy_stream)
+                    else:
+                        aux_buf[:t].copy_(aux_rows)
+                        last_buf[:t].copy_(last_rows)
+                    assembler.put(_row_writer(writer, cursor, t, aux_buf, last_buf, event,
+                                              free_bufs))
+                    cursor += t
+                    progress.update(len(batch), t)
+                if bool(bad_flag):  # one host sync per shard, not per batch
+                    raise ActionError(f"NaN or Inf in the verifier's hidden states for samples "
+                                      f"{s}..{e - 1}", where=str(args.verifier))
 
-            def write(path=path, aux_cpu=aux_cpu, last_cpu=last_cpu, ids_cpu=ids_cpu,
-                      mask_cpu=mask_cpu, shard_offsets=shard_offsets, meta=meta, shard=shard):
-                write_safetensors(path, {"aux": aux_cpu, "last": last_cpu, "input_ids": ids_cpu,
-                                         "loss_mask": mask_cpu, "offsets": shard_offsets}, meta)
-                on_shard(shard)
-                log(f"[hidden_states] wrote {path.name} ({meta['num_samples']} samples)")
+                def finish(writer=writer, shard=shard, n=e - s):
+                    writer.close()
+                    on_shard(shard)
+                    log(f"[hidden_states] wrote {writer.path.name} ({n} samples)")
 
-            assembler.put(write)
-    assembler.close()
-    capture.remove()
+                assembler.put(finish)
+    finally:
+        assembler.close()
+        capture.remove()
     elapsed = progress.elapsed
     log(progress.line())
     return {"tokens_per_s": round(total / elapsed, 1) if elapsed else None,
             "extract_seconds": round(elapsed, 2)}
 
 
-def _placer(buf, t, places, aux_cpu, last_cpu, hidden, event, free_bufs):
-    def place():
+def _row_writer(writer, row, t, aux_buf, last_buf, event, free_bufs):
+    def write():
         if event is not None:
             event.synchronize()
-        cursor = 0
-        for a, b in places:
-            n = b - a
-            aux_cpu[a:b] = buf[cursor: cursor + n, : 3 * hidden]
-            last_cpu[a:b] = buf[cursor: cursor + n, 3 * hidden:]
-            cursor += n
-        free_bufs.put(buf)
-    del t
-    return place
+        writer.write_rows(row, aux_buf[:t], last_buf[:t])
+        free_bufs.put((aux_buf, last_buf))
+    return write
 
 
 def main(argv: list[str] | None = None) -> int:

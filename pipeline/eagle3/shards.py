@@ -1,15 +1,22 @@
 """Hidden-state shards: the file format, a lazy reader and the validation pass.
 
-One shard (``shard-00000.safetensors``) holds consecutive samples of the tokens file, packed:
+One shard (``shard-00000.safetensors``, a plain safetensors file) holds a contiguous range of
+the tokens file's samples, packed in the order they were run (longest first, so batches pad
+little); ``sample_index`` maps them back:
 
 - ``aux`` ``[T, 3*H]``: the verifier's three aux hidden states, concatenated in the order of
   ``aux_layers`` (vLLM's convention: id ``k`` is the input of decoder layer ``k``, the output
   of layer ``k-1``, Hugging Face's ``output_hidden_states[k]``);
 - ``last`` ``[T, H]``: the final hidden state after the model's last norm, the input of
   ``lm_head`` (``verifier_logits = last @ lm_head.T``): the training target;
-- ``input_ids`` int32 ``[T]``, ``loss_mask`` uint8 ``[T]``, ``offsets`` int64 ``[n+1]``;
+- ``input_ids`` int32 ``[T]``, ``loss_mask`` uint8 ``[T]``, ``offsets`` int64 ``[n+1]``
+  (sample ``j`` of the shard is rows ``offsets[j]:offsets[j+1]``), ``sample_index`` int64
+  ``[n]`` (its index in the tokens file);
 - metadata: ``format``, ``config_hash``, ``aux_layers`` (JSON), ``hidden_size``,
-  ``sample_start`` (index of the first sample in the tokens file), ``num_samples``.
+  ``sample_start`` (first sample of the range), ``num_samples``.
+
+:class:`StreamingShard` writes the large tensors batch by batch straight from (pinned) host
+memory into their place in the file, so extraction makes no extra host copies.
 
 ``OUT/index.json`` lists the shards, the aux layers and the verifier's shape; it is rewritten
 after every shard, so a resumed run knows what is done.
@@ -18,6 +25,8 @@ after every shard, so a resumed run knows what is done.
 from __future__ import annotations
 
 import json
+import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,12 +91,13 @@ class ShardReader:
                               where=str(self.path)) from None
         if self.meta.get("format") != SHARD_FORMAT:
             raise ActionError(f"not a {SHARD_FORMAT} shard", where=str(self.path))
-        missing = {"aux", "last", "input_ids", "loss_mask", "offsets"} - keys
+        missing = {"aux", "last", "input_ids", "loss_mask", "offsets", "sample_index"} - keys
         if missing:
             raise ActionError(f"shard lacks {', '.join(sorted(missing))}", where=str(self.path))
         self.offsets = self._get("offsets")
         self.input_ids = self._get("input_ids")
         self.loss_mask = self._get("loss_mask")
+        self.sample_index = self._get("sample_index")
         self.aux_layers = json.loads(self.meta.get("aux_layers", "[]"))
         self.hidden_size = int(self.meta.get("hidden_size", 0))
         self.sample_start = int(self.meta.get("sample_start", 0))
@@ -141,14 +151,17 @@ def validate_shard(path: Path, *, tokens: dict[str, Any] | None, hidden_size: in
     if reader.input_ids.numel() != t or reader.loss_mask.numel() != t:
         raise ActionError("input_ids/loss_mask length does not match offsets", where=where)
     if tokens is not None:
-        start = reader.sample_start
-        a = int(tokens["offsets"][start])
-        b = int(tokens["offsets"][start + reader.num_samples])
-        if b - a != t or not torch.equal(tokens["input_ids"][a:b].to(torch.int32),
-                                         reader.input_ids.to(torch.int32)):
+        off = tokens["offsets"]
+        idx = reader.sample_index.tolist()
+        if not idx or max(idx) >= len(off) - 1 or min(idx) < 0:
+            raise ActionError("sample_index points outside the tokens file", where=where)
+        ids = torch.cat([tokens["input_ids"][off[i]:off[i + 1]] for i in idx])
+        mask = torch.cat([tokens["loss_mask"][off[i]:off[i + 1]] for i in idx])
+        if ids.numel() != t or not torch.equal(ids.to(torch.int32),
+                                               reader.input_ids.to(torch.int32)):
             raise ActionError(f"token ids differ from {tokens['path']} for samples "
-                              f"{start}..{start + reader.num_samples - 1}", where=where)
-        if not torch.equal(tokens["loss_mask"][a:b], reader.loss_mask):
+                              f"{min(idx)}..{max(idx)}", where=where)
+        if not torch.equal(mask, reader.loss_mask):
             raise ActionError("loss mask differs from the tokens file", where=where)
     if full:
         for key in ("aux", "last"):
@@ -158,3 +171,81 @@ def validate_shard(path: Path, *, tokens: dict[str, Any] | None, hidden_size: in
                     raise ActionError(f"NaN or Inf in {key!r} rows {a}..{a + len(block) - 1}",
                                       where=where)
     return reader
+
+
+_DTYPE_NAMES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "int64": "I64",
+                "int32": "I32", "uint8": "U8", "bool": "BOOL"}
+
+
+def _raw(t: Any) -> memoryview:
+    """The bytes of a contiguous CPU tensor, without a copy (and without numpy). The caller
+    keeps ``t`` alive while the view is used."""
+    import ctypes
+
+    if not t.is_contiguous() or t.device.type != "cpu":
+        raise ValueError("need a contiguous CPU tensor")
+    nbytes = t.numel() * t.element_size()
+    return memoryview((ctypes.c_char * nbytes).from_address(t.data_ptr())).cast("B")
+
+
+class StreamingShard:
+    """A safetensors file written in place: header and small tensors first, then ``aux`` and
+    ``last`` rows as batches arrive. Written under a temporary name and renamed by
+    :meth:`close`, so a shard either exists whole or not at all.
+
+    Layout (the format's rules: one JSON header padded to 8 bytes, then the tensors' bytes
+    back to back): ``aux``, ``last``, ``offsets``, ``sample_index``, ``input_ids``,
+    ``loss_mask``; every tensor starts at a multiple of its element size.
+    """
+
+    def __init__(self, path: Path, *, rows: int, hidden: int, dtype: Any,
+                 small: dict[str, Any], meta: dict[str, Any]):
+        self.path = Path(path)
+        self.tmp = self.path.with_name(f".{self.path.name}.tmp")
+        self.rows, self.hidden = rows, hidden
+        itemsize = dtype.itemsize
+        name = _DTYPE_NAMES[str(dtype).removeprefix("torch.")]
+        header: dict[str, Any] = {"__metadata__": {k: str(v) for k, v in meta.items()}}
+        cursor = 0
+        self._aux_at = cursor
+        header["aux"] = {"dtype": name, "shape": [rows, 3 * hidden],
+                         "data_offsets": [cursor, cursor + rows * 3 * hidden * itemsize]}
+        cursor += rows * 3 * hidden * itemsize
+        self._last_at = cursor
+        header["last"] = {"dtype": name, "shape": [rows, hidden],
+                          "data_offsets": [cursor, cursor + rows * hidden * itemsize]}
+        cursor += rows * hidden * itemsize
+        placed = []
+        for key in ("offsets", "sample_index", "input_ids", "loss_mask"):
+            t = small[key].contiguous()
+            nbytes = t.numel() * t.element_size()
+            header[key] = {"dtype": _DTYPE_NAMES[str(t.dtype).removeprefix("torch.")],
+                           "shape": list(t.shape), "data_offsets": [cursor, cursor + nbytes]}
+            placed.append((cursor, t))
+            cursor += nbytes
+        blob = json.dumps(header, separators=(",", ":")).encode()
+        blob += b" " * (-len(blob) % 8)
+        self._data_at = 8 + len(blob)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.ftruncate(self._fd, self._data_at + cursor)
+        os.pwrite(self._fd, struct.pack("<Q", len(blob)) + blob, 0)
+        for at, t in placed:
+            if t.numel():
+                os.pwrite(self._fd, _raw(t), self._data_at + at)
+        self._row_aux = 3 * hidden * itemsize
+        self._row_last = hidden * itemsize
+
+    def write_rows(self, row: int, aux: Any, last: Any) -> None:
+        """Rows ``row .. row+len(aux)`` of both tensors (contiguous CPU tensors)."""
+        if row + aux.shape[0] > self.rows:
+            raise ValueError(f"rows {row}..{row + aux.shape[0]} past {self.rows}")
+        os.pwrite(self._fd, _raw(aux), self._data_at + self._aux_at + row * self._row_aux)
+        os.pwrite(self._fd, _raw(last), self._data_at + self._last_at + row * self._row_last)
+
+    def close(self) -> None:
+        os.close(self._fd)
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        os.close(self._fd)

@@ -71,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drafter MLP width (default: the verifier's)")
     add_bool_arg(p, "norm-before-residual", False,
                  "residual is the normed hidden state (speculators' default is True)")
-    p.add_argument("--attn", choices=("sdpa", "math", "flex"), default="sdpa")
+    p.add_argument("--attn", choices=("sdpa", "math", "flex"), default="sdpa",
+                   help="attention of the unrolled steps (flex: block-sparse, compiled, GPU)")
+    add_bool_arg(p, "compile-loss", True, "on a GPU, torch.compile the fp32 loss chunks")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
@@ -140,6 +142,19 @@ class Dist:
             import torch.distributed as dist
 
             dist.destroy_process_group()
+
+
+def wrap_ddp(model, device_index: int | None):
+    """DDP around the loss module, without re-broadcasting buffers every step: the only
+    buffer is the frozen target head, identical on every rank."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    # The flag was renamed in recent torch; older ones (the GPU image's) know the old name.
+    no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in
+               inspect.signature(DDP.__init__).parameters else {"broadcast_buffers": False})
+    return DDP(model, device_ids=[device_index] if device_index is not None else None, **no_sync)
 
 
 def build_drafter(args: argparse.Namespace, vcfg: dict[str, Any], aux_layers: list[int]):
@@ -226,7 +241,7 @@ def run(args: argparse.Namespace) -> StageResult:
     out = Path(args.out)
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
            if k not in ("result", "stop_after_epochs", "log_every", "device", "min_acc1",
-                        "eval_batches")}
+                        "eval_batches", "compile_loss", "attn")}
     cfg["hidden_states_config"] = data.index["config_hash"]
     cfg["vocab_sha"] = _file_digest(Path(args.vocab) if Path(args.vocab).is_file() else
                                     Path(args.vocab) / "vocab.safetensors") if args.vocab else None
@@ -234,6 +249,10 @@ def run(args: argparse.Namespace) -> StageResult:
     dist.barrier()
 
     on_gpu = device.type == "cuda"
+    if on_gpu and args.compile_loss:
+        from pipeline.eagle3.ttt import compile_loss
+
+        compile_loss(True)
     d_ids = torch.arange(drafter.d2t.numel()) + drafter.d2t
     verifier_head = verifier_matrix(Path(args.verifier), "lm_head")
     target_head = verifier_head[d_ids].float()
@@ -241,15 +260,7 @@ def run(args: argparse.Namespace) -> StageResult:
     model = TTTLoss(drafter, target_head.to(device), args.ttt_steps, args.step_decay, args.attn)
     train_model: Any = model
     if dist.world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        import inspect
-
-        # The frozen target head is a buffer: never re-broadcast it every step. The flag
-        # was renamed in recent torch; older ones (the GPU image's) know only the old name.
-        no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in
-                   inspect.signature(DDP.__init__).parameters else {"broadcast_buffers": False})
-        train_model = DDP(model, device_ids=[dist.local_rank] if on_gpu else None, **no_sync)
+        train_model = wrap_ddp(model, dist.local_rank if on_gpu else None)
     params = drafter.trainable_parameters()
     opt_kwargs: dict[str, Any] = {"lr": args.lr, "betas": (0.9, 0.95),
                                   "weight_decay": args.weight_decay}

@@ -8,11 +8,11 @@ while the current one trains.
 
 from __future__ import annotations
 
-import queue
-import threading
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -116,39 +116,30 @@ class TrainData:
 
 
 class Prefetcher:
-    """Iterate over loaded batches, ``depth`` ahead, from a background thread."""
+    """Iterate over loaded batches, in order, ``depth`` ahead, on ``workers`` threads (reading
+    and padding a GPU-sized batch can take as long as a training step)."""
 
-    def __init__(self, data: TrainData, batches: list[list[int]], pin: bool, depth: int = 3):
-        self._q: queue.Queue = queue.Queue(maxsize=depth)
-        self._stop = False
+    def __init__(self, data: TrainData, batches: list[list[int]], pin: bool, depth: int = 4,
+                 workers: int = 2):
+        self._pool = ThreadPoolExecutor(max_workers=workers)
+        self._batches = iter(batches)
+        self._pending: deque[Future] = deque()
+        self._data, self._pin = data, pin
+        for _ in range(depth):
+            self._submit()
 
-        def work() -> None:
-            try:
-                for b in batches:
-                    if self._stop:
-                        return
-                    self._q.put(data.load(b, pin))
-            except BaseException as exc:  # handed to the consumer
-                self._q.put(exc)
-                return
-            self._q.put(None)
+    def _submit(self) -> None:
+        batch = next(self._batches, None)
+        if batch is not None:
+            self._pending.append(self._pool.submit(self._data.load, batch, self._pin))
 
-        self._thread = threading.Thread(target=work, daemon=True)
-        self._thread.start()
-
-    def __iter__(self):
-        while True:
-            item: Any = self._q.get()
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+    def __iter__(self) -> Iterator[Batch]:
+        while self._pending:
+            loaded = self._pending.popleft().result()
+            self._submit()
+            yield loaded
 
     def close(self) -> None:
-        self._stop = True
-        while self._thread.is_alive():
-            try:
-                self._q.get_nowait()
-            except queue.Empty:
-                self._thread.join(timeout=0.05)
+        for fut in self._pending:
+            fut.cancel()
+        self._pool.shutdown(wait=True, cancel_futures=True)

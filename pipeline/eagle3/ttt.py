@@ -23,11 +23,34 @@ from torch import nn
 from pipeline.eagle3.drafter import Eagle3Drafter
 
 
+def _soft_ce_chunk(logits: torch.Tensor, p: torch.Tensor, w: torch.Tensor):
+    """(loss sum, d loss / d logits, argmax agreements) for rows of one chunk, in fp32."""
+    lf = logits.float()
+    logq = lf - torch.logsumexp(lf, dim=-1, keepdim=True)
+    p = p.float()
+    w = w.float()
+    loss = -(w * (p * logq).sum(-1)).sum()
+    grad = ((logq.exp() - p) * w[:, None]).to(logits.dtype)
+    correct = (w * (lf.argmax(-1) == p.argmax(-1)).float()).sum()
+    return loss, grad, correct
+
+
+_chunk_fn = _soft_ce_chunk
+
+
+def compile_loss(enabled: bool = True) -> None:
+    """Fuse the chunk's elementwise passes into a few kernels with ``torch.compile`` (GPU):
+    eager, the loss re-reads the [rows, draft_vocab] block about eight times."""
+    global _chunk_fn
+    _chunk_fn = torch.compile(_soft_ce_chunk, dynamic=True) if enabled else _soft_ce_chunk
+
+
 class SoftCrossEntropy(torch.autograd.Function):
     """``sum(w * CE(p, softmax(logits)))`` and the count of rows where argmaxes agree.
 
     ``logits`` [B, L, D], ``target_p`` [B, L, D] (rows sum to 1; a strided view is fine),
-    ``weights`` [B, L] float. Returns ``(loss_sum, correct)``; only the first has a gradient.
+    ``weights`` [B, L] float. Returns ``(loss_sum, correct)``; only the first has a gradient,
+    computed in the forward pass (the loss ends the graph) and kept in the logits' dtype.
     """
 
     @staticmethod
@@ -39,13 +62,11 @@ class SoftCrossEntropy(torch.autograd.Function):
         for bi in range(b):
             for r0 in range(0, length, chunk):
                 r1 = min(length, r0 + chunk)
-                lf = logits[bi, r0:r1].float()
-                logq = lf - torch.logsumexp(lf, dim=-1, keepdim=True)
-                p = target_p[bi, r0:r1].float()
-                w = weights[bi, r0:r1].float()
-                loss -= (w * (p * logq).sum(-1)).sum()
-                grad[bi, r0:r1] = ((logq.exp() - p) * w[:, None]).to(grad.dtype)
-                correct += (w * (lf.argmax(-1) == p.argmax(-1)).float()).sum()
+                l_c, g_c, c_c = _chunk_fn(logits[bi, r0:r1], target_p[bi, r0:r1],
+                                          weights[bi, r0:r1])
+                loss += l_c
+                correct += c_c
+                grad[bi, r0:r1] = g_c
         ctx.save_for_backward(grad)
         ctx.mark_non_differentiable(correct)
         return loss, correct

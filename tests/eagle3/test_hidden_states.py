@@ -55,13 +55,24 @@ def test_saved_aux_is_the_output_of_layer_k_minus_1(tiny_data):
     assert not torch.allclose(sample["aux"][:, :hidden], full.hidden_states[1][0], atol=1e-3)
 
 
-def test_shards_cover_every_token_in_order(tiny_data):
+def test_shards_cover_every_sample_once(tiny_data):
     tokens = read_tokens(tiny_data["tokens"])
     _, shards = list_shards(tiny_data["hidden"])
     assert len(shards) == tiny_data["shards"] > 1
-    ids = torch.cat([ShardReader(s.path).input_ids for s in shards])
-    assert torch.equal(ids, tokens["input_ids"])
-    assert sum(s.num_samples for s in shards) == len(tokens["ids"])
+    seen = []
+    off = tokens["offsets"]
+    for info in shards:
+        reader = ShardReader(info.path)
+        idx = reader.sample_index.tolist()
+        # samples run longest first (little padding); sample_index maps them back
+        lengths = [int(off[i + 1] - off[i]) for i in idx]
+        assert lengths == sorted(lengths, reverse=True)
+        assert sorted(idx) == list(range(info.sample_start, info.sample_start + len(idx)))
+        for j, i in enumerate(idx):
+            assert torch.equal(reader.sample(j)["input_ids"].long(),
+                               tokens["input_ids"][off[i]:off[i + 1]].long())
+        seen += idx
+    assert sorted(seen) == list(range(len(tokens["ids"])))
 
 
 def test_resume_skips_done_shards_and_refuses_another_config(tiny_data, tmp_path):
@@ -110,9 +121,10 @@ def test_nan_in_a_shard_fails_validation(tiny_data, tmp_path):
     from pipeline.eagle3.datafiles import write_safetensors
 
     src = ShardReader(tiny_data["hidden"] / "shard-00000.safetensors")
-    tensors = {k: src.rows(k, 0, int(src.offsets[-1])) if k in ("aux", "last") else v
-               for k, v in [("aux", None), ("last", None), ("input_ids", src.input_ids),
-                            ("loss_mask", src.loss_mask), ("offsets", src.offsets)]}
+    rows = int(src.offsets[-1])
+    tensors = {"aux": src.rows("aux", 0, rows), "last": src.rows("last", 0, rows),
+               "input_ids": src.input_ids, "loss_mask": src.loss_mask, "offsets": src.offsets,
+               "sample_index": src.sample_index}
     tensors["last"][5, 3] = float("nan")
     bad = tmp_path / "shard-00000.safetensors"
     write_safetensors(bad, tensors, src.meta)
