@@ -103,7 +103,8 @@ def make_verifier(cfg: dict, device, dtype):
     return model.to(dtype).eval()
 
 
-def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir: Path) -> list:
+def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir: Path,
+                  targets: list[Path]) -> list:
     from pipeline.eagle3.hidden_states import Capture, default_aux_layers, extract
 
     cfg = TINY if tiny else LLAMA_1B
@@ -154,7 +155,8 @@ def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir:
     t_capture = timed(capture_only, device, 1, 3)
     capture.remove()
 
-    # The stage's own extract(), writing real shards.
+    # The stage's own extract(), writing real shards (to disk, and to memory when the
+    # machine has /dev/shm, which separates the disk's speed from the code's).
     flat = torch.cat([b.flatten() for b in batches])
     offsets = torch.arange(0, tokens + 1, seq, dtype=torch.int64)
     tok = {"offsets": offsets, "input_ids": flat.to(torch.int32),
@@ -162,35 +164,37 @@ def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir:
     n_samples = batch * iters
     plan = [(0, n_samples)]
     args = SimpleNamespace(batch_tokens=batch * seq, max_batch_size=batch, verifier="bench")
-    out = workdir / "hidden"
-    out.mkdir(parents=True, exist_ok=True)
-    extract(model, tok, plan, [0], aux_layers, out, "bench", device, dtype, args,
-            on_shard=lambda i: None)  # warm-up (allocations, first file)
-    sync(device)
-    t0 = time.perf_counter()
-    extract(model, tok, plan, [0], aux_layers, out, "bench", device, dtype, args,
-            on_shard=lambda i: None)
-    sync(device)
-    t_extract = time.perf_counter() - t0
-    size = (out / "shard-00000.safetensors").stat().st_size
-    from pipeline.eagle3.shards import INDEX, SHARD_FORMAT
-
-    (out / INDEX).write_text(json.dumps({  # what the stage writes, for the loader section
-        "format": SHARD_FORMAT, "config_hash": "bench", "aux_layers": aux_layers,
-        "hidden_size": hidden, "shards": [{"file": "shard-00000.safetensors", "sample_start": 0,
-                                           "num_samples": n_samples, "tokens": tokens}]}))
     shape = f"{'tiny' if tiny else 'Llama-3.2-1B'} B={batch} S={seq} x{iters}"
     rows = [
         {"name": "extract: plain forward", "config": shape, "ms": t_plain * 1e3 / iters,
          "tokens_s": tokens / t_plain, "tflops": flops / t_plain / 1e12},
         {"name": "extract: capture + copy to pinned", "config": shape,
          "ms": t_capture * 1e3 / iters, "tokens_s": tokens / t_capture,
-         "overhead": t_capture / t_plain - 1},
-        {"name": "extract: stage extract() + shard write", "config": shape,
-         "ms": t_extract * 1e3 / iters, "tokens_s": tokens / t_extract,
-         "overhead": t_extract / t_plain - 1,
-         "note": f"{size / 1e9:.2f} GB written, {size / t_extract / 1e9:.1f} GB/s"},
-    ]
+         "overhead": t_capture / t_plain - 1}]
+    from pipeline.eagle3.shards import INDEX, SHARD_FORMAT
+
+    for target in targets:
+        out = target / "hidden"
+        out.mkdir(parents=True, exist_ok=True)
+        extract(model, tok, plan, [0], aux_layers, out, "bench", device, dtype, args,
+                on_shard=lambda i: None)  # warm-up (allocations, first file)
+        sync(device)
+        t0 = time.perf_counter()
+        extract(model, tok, plan, [0], aux_layers, out, "bench", device, dtype, args,
+                on_shard=lambda i: None)
+        sync(device)
+        t_extract = time.perf_counter() - t0
+        size = (out / "shard-00000.safetensors").stat().st_size
+        (out / INDEX).write_text(json.dumps({  # what the stage writes, for the loader
+            "format": SHARD_FORMAT, "config_hash": "bench", "aux_layers": aux_layers,
+            "hidden_size": hidden, "shards": [{"file": "shard-00000.safetensors",
+                                               "sample_start": 0, "num_samples": n_samples,
+                                               "tokens": tokens}]}))
+        where = "memory" if str(target).startswith("/dev/shm") else "disk"
+        rows.append({"name": f"extract: stage extract() + shards to {where}",
+                     "config": shape, "ms": t_extract * 1e3 / iters,
+                     "tokens_s": tokens / t_extract, "overhead": t_extract / t_plain - 1,
+                     "note": f"{size / 1e9:.2f} GB written, {size / t_extract / 1e9:.1f} GB/s"})
     return rows
 
 
@@ -216,7 +220,7 @@ def train_flops_per_token(cfg, steps: int, seq: int) -> float:
 
 
 def make_train_step(tiny: bool, steps: int, batch: int, seq: int, device, attn: str,
-                    compile_loss_on: bool, ddp: bool = False):
+                    compile_loss_on: bool, blocks: bool = False, ddp: bool = False):
     from pipeline.eagle3 import ttt
     from pipeline.eagle3.drafter import Eagle3Drafter
 
@@ -231,7 +235,9 @@ def make_train_step(tiny: bool, steps: int, batch: int, seq: int, device, attn: 
         drafter.lm_head.weight.normal_(0, 0.02)
         drafter.embed_tokens.weight.normal_(0, 0.02)
     drafter.to(device)
-    ttt.compile_loss(compile_loss_on and device.type == "cuda")
+    ttt.compile_loss(compile_loss_on)
+    if blocks:
+        drafter.compile_blocks()
     target_head = torch.randn(draft_vocab, cfg.hidden_size, device=device) * 0.02
     model = ttt.TTTLoss(drafter, target_head, steps, attn_impl=attn)
     step_model = model
@@ -261,24 +267,27 @@ def make_train_step(tiny: bool, steps: int, batch: int, seq: int, device, attn: 
     return step, cfg
 
 
-def bench_train(device, tiny: bool, batch: int, seq: int, variants: list, peak: float) -> list:
+def bench_train(device, tiny: bool, batch: int, seq: int, variants: list, peak: float,
+                deadline: float) -> list:
     rows = []
-    for steps, attn, comp in variants:
+    for steps, attn, comp, blocks in variants:
+        label = (f"train step ttt={steps} attn={attn} loss={'compiled' if comp else 'eager'}"
+                 f" blocks={'compiled' if blocks else 'eager'}")
+        if time.perf_counter() > deadline:
+            rows.append({"name": label, "config": "", "note": "skipped: out of time"})
+            continue
         try:
-            step, cfg = make_train_step(tiny, steps, batch, seq, device, attn, comp)
+            step, cfg = make_train_step(tiny, steps, batch, seq, device, attn, comp, blocks)
             t = timed(step, device, 3, 8)
             tokens = batch * seq
             flops = train_flops_per_token(cfg, steps, seq) * tokens
             mem = torch.cuda.max_memory_allocated(device) / 2 ** 30 if device.type == "cuda" else 0
-            rows.append({"name": f"train step ttt={steps} attn={attn}"
-                         f"{' loss=compiled' if comp else ' loss=eager'}",
-                         "config": f"H {cfg.hidden_size} D {cfg.draft_vocab_size} B={batch} "
+            rows.append({"name": label, "config": f"H {cfg.hidden_size} D {cfg.draft_vocab_size} B={batch} "
                                    f"S={seq}", "ms": t * 1e3, "tokens_s": tokens / t,
                          "tflops": flops / t / 1e12, "mfu": flops / t / 1e12 / peak,
                          "note": f"peak mem {mem:.0f} GiB" if mem else ""})
         except Exception as exc:  # a variant that cannot run here is reported, not fatal
-            rows.append({"name": f"train step ttt={steps} attn={attn}", "config": "",
-                         "note": f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"})
+            rows.append({"name": label, "config": "", "note": f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"})
         if device.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
@@ -312,8 +321,8 @@ def ddp_worker(args) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     torch.cuda.set_device(device)
-    step, _ = make_train_step(False, args.ttt, args.train_batch, args.seq, device, "sdpa",
-                              True, ddp=True)
+    step, _ = make_train_step(False, args.ttt, args.train_batch, args.seq, device,
+                              args.ddp_attn, True, blocks=True, ddp=True)
     t = timed(step, device, 3, 8)
     tokens = torch.tensor([args.train_batch * args.seq / t], device=device)
     dist.all_reduce(tokens)
@@ -333,7 +342,8 @@ def bench_ddp(args, single_tokens_s: float | None) -> list:
     out = Path(tempfile.mkdtemp()) / "ddp.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={gpus}",
            "--master-addr=127.0.0.1", f"--master-port={port}", __file__, "--ddp-worker",
-           "--ddp-out", str(out), "--ttt", str(args.ttt), "--train-batch",
+           "--ddp-out", str(out), "--ttt", str(args.ttt), "--ddp-attn", args.ddp_attn,
+           "--train-batch",
            str(args.train_batch), "--seq", str(args.seq)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NCCL_NVLS_ENABLE": "0",
            "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -343,13 +353,14 @@ def bench_ddp(args, single_tokens_s: float | None) -> list:
                  "note": f"failed: {proc.stderr.strip().splitlines()[-1][:100] if proc.stderr else proc.returncode}"}]
     r = json.loads(out.read_text())
     scaling = r["tokens_s"] / (gpus * single_tokens_s) if single_tokens_s else None
-    return [{"name": f"ddp train step ttt={args.ttt}, {gpus} GPUs", "config":
+    return [{"name": f"ddp train step ttt={args.ttt} attn={args.ddp_attn}, {gpus} GPUs",
+             "config":
              f"B={args.train_batch}/GPU S={args.seq}", "ms": r["ms"], "tokens_s": r["tokens_s"],
              "note": f"scaling efficiency {scaling:.0%}" if scaling else ""}]
 
 
 def print_table(rows: list, peak: float | None) -> None:
-    print(f"\n{'measurement':<48} {'shape':<36} {'ms/iter':>8} {'tokens/s':>10} "
+    print(f"\n{'measurement':<62} {'shape':<30} {'ms/iter':>8} {'tokens/s':>10} "
           f"{'TFLOP/s':>8} {'MFU':>6} {'overhead':>8}  note")
     def f(r, key, fmt):
         return format(r[key], fmt) if r.get(key) is not None else ""
@@ -357,7 +368,7 @@ def print_table(rows: list, peak: float | None) -> None:
     for r in rows:
         mfu = r.get("mfu") if r.get("mfu") is not None else (
             r["tflops"] / peak if r.get("tflops") and peak and r["name"] != "matmul" else None)
-        print(f"{r['name']:<48} {r.get('config', ''):<36} {f(r, 'ms', '8.1f'):>8} "
+        print(f"{r['name']:<62} {r.get('config', ''):<30} {f(r, 'ms', '8.1f'):>8} "
               f"{f(r, 'tokens_s', '10.0f'):>10} {f(r, 'tflops', '8.1f'):>8} "
               f"{format(mfu, '6.1%') if mfu is not None else '':>6} "
               f"{format(r['overhead'], '+8.1%') if r.get('overhead') is not None else '':>8}  "
@@ -374,8 +385,13 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=6, help="extraction batches")
     p.add_argument("--train-batch", type=int, default=4)
     p.add_argument("--ttt", type=int, default=3, help="TTT steps for the ddp section")
-    p.add_argument("--variants", default="3:sdpa:1,3:sdpa:0,7:sdpa:1,3:flex:1",
-                   help="train variants steps:attn:compiled_loss")
+    p.add_argument("--variants", default="3:sdpa:1:1,3:flex:1:1",
+                   help="train variants steps:attn:compiled_loss:compiled_blocks, run first")
+    p.add_argument("--late-variants", default="7:sdpa:1:1,7:flex:1:1",
+                   help="train variants run after the ddp section, while time is left")
+    p.add_argument("--ddp-attn", default="flex")
+    p.add_argument("--budget", type=float, default=400.0,
+                   help="seconds after which remaining train variants are skipped")
     p.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--ddp-out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -386,6 +402,7 @@ def main(argv=None) -> int:
     if args.tiny:
         args.batch, args.seq, args.iters, args.train_batch = 2, 64, 3, 2
     sections = set(args.sections.split(","))
+    t_start = time.perf_counter()
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
     print(f"torch {torch.__version__}, {name}, {torch.cuda.device_count()} GPU(s)", flush=True)
     rows: list = []
@@ -404,18 +421,25 @@ def main(argv=None) -> int:
         print(f"matmul {peak:.0f} TFLOP/s", flush=True)
         save()
     if "extract" in sections:
-        rows += bench_extract(device, args.tiny, args.batch, args.seq, args.iters, workdir)
+        targets = [workdir] + ([Path(tempfile.mkdtemp(dir="/dev/shm"))]
+                               if Path("/dev/shm").is_dir() and not args.tiny else [])
+        rows += bench_extract(device, args.tiny, args.batch, args.seq, args.iters, workdir,
+                              targets)
         print(rows[-1], flush=True)
         save()
+    deadline = t_start + args.budget
+
+    def variants(text):
+        return [(int(a), b, c == "1", d == "1") for a, b, c, d in
+                (v.split(":") for v in text.split(",") if v)]
+
     single = None
     if "train" in sections:
-        variants = [(int(a), b, c == "1") for a, b, c in
-                    (v.split(":") for v in args.variants.split(","))]
-        train_rows = bench_train(device, args.tiny, args.train_batch, args.seq, variants,
-                                 peak or 1.0)
+        train_rows = bench_train(device, args.tiny, args.train_batch, args.seq,
+                                 variants(args.variants), peak or 1.0, deadline)
         rows += train_rows
         single = next((r["tokens_s"] for r in train_rows if r.get("tokens_s") and
-                       r["name"].startswith(f"train step ttt={args.ttt} attn=sdpa loss=compiled")),
+                       r["name"].startswith(f"train step ttt={args.ttt} attn={args.ddp_attn}")),
                       None)
         print(train_rows, flush=True)
         save()
@@ -424,6 +448,10 @@ def main(argv=None) -> int:
         save()
     if "ddp" in sections and device.type == "cuda":
         rows += bench_ddp(args, single)
+        save()
+    if "train" in sections and args.late_variants:
+        rows += bench_train(device, args.tiny, args.train_batch, args.seq,
+                            variants(args.late_variants), peak or 1.0, deadline)
         save()
     print_table(rows, peak)
     return 0

@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attn", choices=("sdpa", "math", "flex"), default="sdpa",
                    help="attention of the unrolled steps (flex: block-sparse, compiled, GPU)")
     add_bool_arg(p, "compile-loss", True, "on a GPU, torch.compile the fp32 loss chunks")
+    add_bool_arg(p, "compile-blocks", True,
+                 "on a GPU, torch.compile the drafter's norms/rotary/gates so they fuse")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
@@ -241,7 +243,7 @@ def run(args: argparse.Namespace) -> StageResult:
     out = Path(args.out)
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
            if k not in ("result", "stop_after_epochs", "log_every", "device", "min_acc1",
-                        "eval_batches", "compile_loss", "attn")}
+                        "eval_batches", "compile_loss", "compile_blocks", "attn")}
     cfg["hidden_states_config"] = data.index["config_hash"]
     cfg["vocab_sha"] = _file_digest(Path(args.vocab) if Path(args.vocab).is_file() else
                                     Path(args.vocab) / "vocab.safetensors") if args.vocab else None
@@ -253,6 +255,8 @@ def run(args: argparse.Namespace) -> StageResult:
         from pipeline.eagle3.ttt import compile_loss
 
         compile_loss(True)
+    if on_gpu and args.compile_blocks:
+        drafter.compile_blocks()
     d_ids = torch.arange(drafter.d2t.numel()) + drafter.d2t
     verifier_head = verifier_matrix(Path(args.verifier), "lm_head")
     target_head = verifier_head[d_ids].float()

@@ -156,3 +156,33 @@ def test_verifier_directory_without_config_or_weights(tiny_data, tmp_path, remov
         rc, result = run_stage(tokenize, tmp_path, samples=tiny_data["root"] / "clean",
                                verifier=broken, out=tmp_path / "t")
         assert rc == 1 and result.error.startswith(f"{broken}: {message}")
+
+
+def test_streaming_shard_is_a_valid_safetensors_file(tmp_path, monkeypatch):
+    """The in-place writer, with pieces small enough that the parallel path runs."""
+    from safetensors.torch import load_file
+
+    from pipeline.eagle3 import shards
+
+    monkeypatch.setattr(shards, "WRITE_PIECE", 64)
+    torch.manual_seed(0)
+    rows, hidden = 37, 8
+    aux = torch.randn(rows, 3 * hidden).to(torch.bfloat16)
+    last = torch.randn(rows, hidden).to(torch.bfloat16)
+    small = {"offsets": torch.tensor([0, 20, 37]), "sample_index": torch.tensor([5, 4]),
+             "input_ids": torch.arange(rows, dtype=torch.int32),
+             "loss_mask": (torch.arange(rows) % 2).to(torch.uint8)}
+    writer = shards.StreamingShard(tmp_path / "s.safetensors", rows=rows, hidden=hidden,
+                                   dtype=torch.bfloat16, small=small, meta={"format": "x"})
+    assert not (tmp_path / "s.safetensors").exists()  # only the temporary name until close
+    writer.write_rows(20, aux[20:], last[20:])  # batches may land in any order
+    writer.write_rows(0, aux[:20], last[:20])
+    writer.close()
+    back = load_file(str(tmp_path / "s.safetensors"))
+    assert torch.equal(back["aux"], aux) and torch.equal(back["last"], last)
+    for key, value in small.items():
+        assert torch.equal(back[key], value), key
+    with pytest.raises(ValueError):
+        shards.StreamingShard(tmp_path / "t.safetensors", rows=2, hidden=hidden,
+                              dtype=torch.bfloat16, small=small, meta={}).write_rows(
+            1, aux[:2], last[:2])
