@@ -347,7 +347,7 @@ def bench_ddp(args, single_tokens_s: float | None) -> list:
            str(args.train_batch), "--seq", str(args.seq)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NCCL_NVLS_ENABLE": "0",
            "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=150)
     if proc.returncode != 0 or not out.exists():
         return [{"name": f"ddp x{gpus}", "config": "",
                  "note": f"failed: {proc.stderr.strip().splitlines()[-1][:100] if proc.stderr else proc.returncode}"}]
