@@ -71,8 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drafter MLP width (default: the verifier's)")
     add_bool_arg(p, "norm-before-residual", False,
                  "residual is the normed hidden state (speculators' default is True)")
-    p.add_argument("--attn", choices=("sdpa", "math", "flex"), default="sdpa",
-                   help="attention of the unrolled steps (flex: block-sparse, compiled, GPU)")
+    p.add_argument("--attn", choices=("auto", "sdpa", "math", "flex"), default="auto",
+                   help="attention of the unrolled steps; auto: flex (block-sparse, compiled) "
+                        "on a GPU, sdpa on the CPU")
     add_bool_arg(p, "compile-loss", True, "on a GPU, torch.compile the fp32 loss chunks")
     add_bool_arg(p, "compile-blocks", True,
                  "on a GPU, torch.compile the drafter's norms/rotary/gates so they fuse")
@@ -251,6 +252,8 @@ def run(args: argparse.Namespace) -> StageResult:
     dist.barrier()
 
     on_gpu = device.type == "cuda"
+    if args.attn == "auto":
+        args.attn = "flex" if on_gpu else "sdpa"
     if on_gpu and args.compile_loss:
         from pipeline.eagle3.ttt import compile_loss
 
