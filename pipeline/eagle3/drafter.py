@@ -285,12 +285,15 @@ class Eagle3Drafter(nn.Module):
     def compile_blocks(self) -> None:
         """``torch.compile`` the elementwise-heavy pieces of a step (norms, rotary, the SiLU
         gate, residual adds) so they fuse; matmuls still go to cuBLAS and attention to its
-        kernels. For the GPU: eager, these small ops cost about as much as the matmuls."""
+        kernels. For the GPU: eager, these small ops cost about as much as the matmuls.
+
+        Compiled for dynamic shapes: batches of varying length must not recompile (static
+        compiles per length stalled a run with variable-length batches on the H200)."""
         layer, attn = self.midlayer, self.midlayer.self_attn
-        layer.pre = torch.compile(layer.pre, dynamic=False)
-        layer.post = torch.compile(layer.post, dynamic=False)
-        attn.qkv = torch.compile(attn.qkv, dynamic=False)
-        self.norm.forward = torch.compile(self.norm.forward, dynamic=False)
+        layer.pre = torch.compile(layer.pre, dynamic=True)
+        layer.post = torch.compile(layer.post, dynamic=True)
+        attn.qkv = torch.compile(attn.qkv, dynamic=True)
+        self.norm.forward = torch.compile(self.norm.forward, dynamic=True)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]

@@ -71,12 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drafter MLP width (default: the verifier's)")
     add_bool_arg(p, "norm-before-residual", False,
                  "residual is the normed hidden state (speculators' default is True)")
-    p.add_argument("--attn", choices=("auto", "sdpa", "math", "flex"), default="auto",
-                   help="attention of the unrolled steps; auto: flex (block-sparse, compiled) "
-                        "on a GPU, sdpa on the CPU")
+    p.add_argument("--attn", choices=("sdpa", "math", "flex"), default="sdpa",
+                   help="attention of the unrolled steps; flex (block-sparse, compiled, GPU "
+                        "only) is faster at a fixed shape, see docs/PERFORMANCE.md")
     add_bool_arg(p, "compile-loss", True, "on a GPU, torch.compile the fp32 loss chunks")
-    add_bool_arg(p, "compile-blocks", True,
-                 "on a GPU, torch.compile the drafter's norms/rotary/gates so they fuse")
+    add_bool_arg(p, "compile-blocks", False,
+                 "on a GPU, torch.compile the drafter's norms/rotary/gates so they fuse "
+                 "(faster; off by default until validated on variable-length batches)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
@@ -252,8 +253,8 @@ def run(args: argparse.Namespace) -> StageResult:
     dist.barrier()
 
     on_gpu = device.type == "cuda"
-    if args.attn == "auto":
-        args.attn = "flex" if on_gpu else "sdpa"
+    if args.attn == "flex" and not on_gpu:
+        raise ActionError("--attn flex needs a GPU (its backward does not run on the CPU)")
     if on_gpu and args.compile_loss:
         from pipeline.eagle3.ttt import compile_loss
 

@@ -120,3 +120,35 @@ def test_ttt_loss_decreases_on_a_fixed_batch():
     # frozen really means frozen
     assert torch.equal(model.lm_head.weight, frozen[0])
     assert torch.equal(model.embed_tokens.weight, frozen[1])
+
+
+@pytest.mark.slow
+def test_compiled_blocks_match_eager_and_do_not_recompile_per_length():
+    """The GPU option --compile-blocks, checked where a C compiler exists (inductor's CPU
+    backend): same loss and gradients, and batches of new lengths reuse the compiled code."""
+    import shutil
+
+    from torch._dynamo.utils import counters
+
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler for torch.compile's CPU backend")
+    eager = tiny_drafter(dtype=torch.float32, seed=5)
+    compiled = tiny_drafter(dtype=torch.float32, seed=5)
+    compiled.compile_blocks()
+    head = torch.randn(24, 32)
+    shapes = [(2, 12), (3, 20), (2, 29), (4, 17)]
+    graphs = []
+    for b, s in shapes:
+        torch.manual_seed(s)
+        batch = (torch.randn(b, s, 96), torch.randn(b, s, 32), torch.randint(0, 60, (b, s)),
+                 torch.ones(b, s, dtype=torch.uint8))
+        losses = []
+        for model in (eager, compiled):
+            model.zero_grad()
+            loss = TTTLoss(model, head, steps=3)(*batch)[0]
+            loss.backward()
+            losses.append((loss.detach(), model.fc.weight.grad.clone()))
+        torch.testing.assert_close(losses[0][0], losses[1][0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(losses[0][1], losses[1][1], rtol=1e-4, atol=1e-5)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[-1] == graphs[0], graphs  # no recompilation for new lengths
