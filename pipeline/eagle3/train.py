@@ -1,0 +1,454 @@
+"""Action ``eagle3.train``: train the EAGLE-3 drafter with training-time test.
+
+Input: hidden-state shards, the vocab mapping and the verifier (embeddings, lm_head, shape).
+Output in ``OUT``: ``checkpoints/epoch-NNN/`` (``model.safetensors`` + ``drafter_config.json``,
+loadable with :func:`.drafter.load_drafter`, and ``trainer.pt`` with optimizer, schedule and
+history) after every epoch, and ``state.json`` naming the latest. Export turns a checkpoint
+into what vLLM loads.
+
+The drafter (BRIEF section 6): ``fc`` 3Ht -> H, one decoder layer with 2H attention input,
+norm, ``lm_head`` over the draft vocab from the verifier's rows (frozen), the verifier's
+embeddings (frozen). Loss: ``--ttt-steps`` unrolled steps against the verifier's distribution
+restricted to the draft vocab (:mod:`.ttt`). AdamW (fused on GPU) with linear warmup and
+cosine decay, gradient clipping, bf16 autocast on GPU.
+
+Resume: an ``OUT`` with a ``state.json`` continues after its last finished epoch, with the
+same result as an uninterrupted run; ``OUT/.config.json`` refuses other settings.
+``--stop-after-epochs`` ends a run early on purpose (time-boxed jobs). Warm start
+(``--init-from``) keeps that drafter's own ``d2t``/``t2d``; a ``--vocab`` that maps
+differently is refused, since the frozen lm_head rows would then score the wrong tokens.
+
+Multi-GPU: run under ``torchrun --nproc-per-node N -m pipeline.eagle3.train ...`` (DDP;
+each rank takes every N-th batch; rank 0 writes).
+
+Checks: every epoch finished; held-out position-1 accuracy reaches ``--min-acc1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
+from pipeline.eagle3.common import atomic_write_text, guard_config, log, pick_device
+from pipeline.errors import ActionError
+
+ACTION = "eagle3.train"
+STATE = "state.json"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = make_parser(ACTION, "Train the EAGLE-3 drafter (training-time test).")
+    p.add_argument("--hidden-states", type=Path, required=True)
+    p.add_argument("--verifier", type=Path, required=True)
+    p.add_argument("--vocab", type=Path, default=None,
+                   help="vocab.safetensors (optional with --init-from)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--init-from", type=Path, default=None,
+                   help="warm start from this drafter (checkpoint or exported directory)")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--stop-after-epochs", type=int, default=None,
+                   help="stop after this many epochs in total (resume later)")
+    p.add_argument("--ttt-steps", type=int, default=3)
+    p.add_argument("--step-decay", type=float, default=0.8, help="loss weight decay per step")
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--min-lr-ratio", type=float, default=0.1)
+    p.add_argument("--warmup-ratio", type=float, default=0.03)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--grad-clip", type=float, default=0.5)
+    p.add_argument("--batch-size", type=int, default=8, help="samples per batch (per rank)")
+    p.add_argument("--batch-tokens", type=int, default=16384, help="padded tokens per batch")
+    p.add_argument("--max-length", type=int, default=4096)
+    p.add_argument("--holdout", type=float, default=0.05, help="share of samples held out")
+    p.add_argument("--eval-batches", type=int, default=50)
+    p.add_argument("--intermediate-size", type=int, default=None,
+                   help="drafter MLP width (default: the verifier's)")
+    add_bool_arg(p, "norm-before-residual", False,
+                 "residual is the normed hidden state (speculators' default is True)")
+    p.add_argument("--attn", choices=("sdpa", "math", "flex"), default="sdpa",
+                   help="attention of the unrolled steps; flex (block-sparse, compiled, GPU "
+                        "only) is faster at a fixed shape, see docs/PERFORMANCE.md")
+    add_bool_arg(p, "compile-loss", True, "on a GPU, torch.compile the fp32 loss chunks")
+    add_bool_arg(p, "compile-blocks", False,
+                 "on a GPU, torch.compile the drafter's norms/rotary/gates so they fuse "
+                 "(faster; off by default until validated on variable-length batches)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
+    p.add_argument("--min-acc1", type=float, default=0.0,
+                   help="fail unless held-out position-1 accuracy reaches this")
+    return p
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+class Dist:
+    """torchrun's environment, or a single process."""
+
+    def __init__(self, device_arg: str):
+        import torch
+
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if self.world > 1:
+            import torch.distributed as dist
+
+            if torch.cuda.is_available() and device_arg in ("auto", "cuda"):
+                torch.cuda.set_device(self.local_rank)
+                self.device = torch.device("cuda", self.local_rank)
+                backend = "nccl"
+            else:
+                self.device = torch.device("cpu")
+                backend = "gloo"
+            dist.init_process_group(backend)
+        else:
+            self.device = pick_device(device_arg)
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def all_sum(self, t):
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(t)
+        return t
+
+    def same_everywhere(self, t) -> bool:
+        """True when ``t`` holds the same values on every rank (DDP kept them in step)."""
+        if self.world == 1:
+            return True
+        import torch.distributed as dist
+
+        hi, lo = t.clone(), t.clone()
+        dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+        dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+        return bool((hi == lo).all())
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def close(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def wrap_ddp(model, device_index: int | None):
+    """DDP around the loss module, without re-broadcasting buffers every step: the only
+    buffer is the frozen target head, identical on every rank."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    # The flag was renamed in recent torch; older ones (the GPU image's) know the old name.
+    no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in
+               inspect.signature(DDP.__init__).parameters else {"broadcast_buffers": False})
+    return DDP(model, device_ids=[device_index] if device_index is not None else None, **no_sync)
+
+
+def build_drafter(args: argparse.Namespace, vcfg: dict[str, Any], aux_layers: list[int]):
+    """A fresh drafter from the verifier and vocab, or the warm-start one (guarded)."""
+    from pipeline.eagle3.datafiles import read_vocab
+    from pipeline.eagle3.drafter import DrafterConfig, Eagle3Drafter, load_drafter, verifier_matrix
+
+    verifier = Path(args.verifier)
+    if args.init_from is not None:
+        drafter = load_drafter(Path(args.init_from), embed_from=verifier, dtype=None)
+        drafter.float()
+        cfg = drafter.config
+        where = str(args.init_from)
+        if cfg.vocab_size != int(vcfg["vocab_size"]) or cfg.hidden_size != int(vcfg["hidden_size"]):
+            raise ActionError(f"drafter is for vocab {cfg.vocab_size} / hidden "
+                              f"{cfg.hidden_size}, the verifier has {vcfg['vocab_size']} / "
+                              f"{vcfg['hidden_size']}", where=where)
+        if list(cfg.aux_layer_ids) != list(aux_layers):
+            raise ActionError(f"drafter was trained on aux layers {cfg.aux_layer_ids}, the "
+                              f"hidden states hold {aux_layers}", where=where,
+                              hint="extract hidden states with the drafter's aux layers")
+        if args.vocab is not None:
+            import torch
+
+            d2t, t2d, vpath = read_vocab(Path(args.vocab))
+            if not (torch.equal(d2t, drafter.d2t) and torch.equal(t2d, drafter.t2d)):
+                same = int((torch.arange(d2t.numel()) + d2t == torch.arange(
+                    drafter.d2t.numel()) + drafter.d2t).sum()) if d2t.numel() == \
+                    drafter.d2t.numel() else 0
+                raise ActionError(
+                    f"the vocab mapping differs from the warm-start drafter's own d2t/t2d "
+                    f"({same}/{drafter.d2t.numel()} draft ids agree); training with it would "
+                    f"silently point the frozen lm_head rows at other tokens",
+                    where=str(vpath),
+                    hint=f"omit --vocab to keep {where}'s own mapping")
+        return drafter
+    if args.vocab is None:
+        raise ActionError("--vocab is required unless --init-from is given")
+    d2t, t2d, vpath = read_vocab(Path(args.vocab))
+    if t2d.numel() != int(vcfg["vocab_size"]):
+        raise ActionError(f"vocab mapping is for a target vocab of {t2d.numel()}, the verifier "
+                          f"has {vcfg['vocab_size']}", where=str(vpath))
+    cfg = DrafterConfig.from_verifier(vcfg, draft_vocab_size=int(d2t.numel()),
+                                      aux_layer_ids=aux_layers, verifier=str(verifier),
+                                      intermediate_size=args.intermediate_size,
+                                      norm_before_residual=args.norm_before_residual)
+    drafter = Eagle3Drafter(cfg)
+    drafter.init_from_verifier(verifier_matrix(verifier, "embed"),
+                               verifier_matrix(verifier, "lm_head"), d2t, t2d)
+    return drafter
+
+
+def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    t = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * t))
+
+
+def run(args: argparse.Namespace) -> StageResult:
+    import torch
+
+    from pipeline.eagle3.common import verifier_config
+    from pipeline.eagle3.drafter import save_checkpoint_weights, verifier_matrix
+    from pipeline.eagle3.train_data import Prefetcher, TrainData
+    from pipeline.eagle3.ttt import TTTLoss, acceptance_length, position_accuracy, summarize
+
+    if not 1 <= args.ttt_steps <= 16:
+        raise ActionError(f"--ttt-steps must be in 1..16 (3..7 is usual), got {args.ttt_steps}")
+    result = StageResult(action=ACTION)
+    dist = Dist(args.device)
+    device = dist.device
+    if not dist.main:
+        args.result = None  # one result per run: rank 0's
+    torch.manual_seed(args.seed)
+    vcfg = verifier_config(Path(args.verifier))
+    data = TrainData(Path(args.hidden_states), seed=args.seed, holdout=args.holdout,
+                     max_length=args.max_length)
+    if int(data.index["hidden_size"]) != int(vcfg["hidden_size"]):
+        raise ActionError(f"hidden states have hidden size {data.index['hidden_size']}, the "
+                          f"verifier {vcfg['hidden_size']}",
+                          where=str(Path(args.hidden_states) / "index.json"))
+    drafter = build_drafter(args, vcfg, data.aux_layers)
+    out = Path(args.out)
+    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+           if k not in ("result", "stop_after_epochs", "log_every", "device", "min_acc1",
+                        "eval_batches", "compile_loss", "compile_blocks", "attn")}
+    cfg["hidden_states_config"] = data.index["config_hash"]
+    cfg["vocab_sha"] = _file_digest(Path(args.vocab) if Path(args.vocab).is_file() else
+                                    Path(args.vocab) / "vocab.safetensors") if args.vocab else None
+    digest = guard_config(out, cfg, stage=ACTION) if dist.main else None
+    dist.barrier()
+
+    on_gpu = device.type == "cuda"
+    if args.attn == "flex" and not on_gpu:
+        raise ActionError("--attn flex needs a GPU (its backward does not run on the CPU)")
+    if on_gpu and args.compile_loss:
+        from pipeline.eagle3.ttt import compile_loss
+
+        compile_loss(True)
+    if on_gpu and args.compile_blocks:
+        drafter.compile_blocks()
+    d_ids = torch.arange(drafter.d2t.numel()) + drafter.d2t
+    verifier_head = verifier_matrix(Path(args.verifier), "lm_head")
+    target_head = verifier_head[d_ids].float()
+    drafter.to(device)
+    model = TTTLoss(drafter, target_head.to(device), args.ttt_steps, args.step_decay, args.attn)
+    train_model: Any = model
+    if dist.world > 1:
+        train_model = wrap_ddp(model, dist.local_rank if on_gpu else None)
+    params = drafter.trainable_parameters()
+    opt_kwargs: dict[str, Any] = {"lr": args.lr, "betas": (0.9, 0.95),
+                                  "weight_decay": args.weight_decay}
+    if on_gpu:
+        opt_kwargs["fused"] = True
+    optimizer = torch.optim.AdamW(params, **opt_kwargs)
+    steps_per_epoch = len(data.epoch_batches(0, args.batch_size, args.batch_tokens, dist.rank,
+                                             dist.world))
+    if steps_per_epoch == 0:
+        raise ActionError("no training batch: too few samples for the batch size and ranks",
+                          where=str(args.hidden_states))
+    total_steps = steps_per_epoch * args.epochs
+    warmup = max(1, int(args.warmup_ratio * total_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, total_steps, warmup, args.min_lr_ratio))
+
+    start_epoch, history = _resume(out, drafter, optimizer, scheduler, device)
+    if start_epoch:
+        log(f"[train] resuming after epoch {start_epoch} from {out / STATE}")
+    heldout_head = verifier_head.to(device)
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if on_gpu else
+                torch.autocast("cpu", enabled=False))
+    last_epoch = args.epochs if args.stop_after_epochs is None else min(args.epochs,
+                                                                        args.stop_after_epochs)
+    log(f"[train] {len(data.train)} train / {len(data.heldout)} held-out samples, "
+        f"{steps_per_epoch} steps/epoch x {args.epochs} epochs, ttt {args.ttt_steps}, "
+        f"draft vocab {drafter.d2t.numel()}, {sum(p.numel() for p in params)} trainable "
+        f"params, {device}, world {dist.world}")
+    train_tokens = 0
+    t_train = time.perf_counter()
+    for epoch in range(start_epoch, last_epoch):
+        drafter.train()
+        batches = data.epoch_batches(epoch, args.batch_size, args.batch_tokens, dist.rank,
+                                     dist.world)
+        prefetch = Prefetcher(data, batches, pin=on_gpu)
+        acc_c = torch.zeros(args.ttt_steps, device=device)
+        acc_n = torch.zeros(args.ttt_steps, device=device)
+        loss_sum = torch.zeros((), device=device)
+        t0 = time.perf_counter()
+        tokens = 0
+        try:
+            for i, cpu_batch in enumerate(prefetch):
+                b = cpu_batch.to(device)
+                with autocast:
+                    loss, correct, counted = train_model(b.aux, b.last, b.input_ids, b.loss_mask)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                # Accumulate on the device: reading a value back every step would stall
+                # the GPU queue.
+                loss_sum += loss.detach()
+                acc_c += correct
+                acc_n += counted
+                tokens += cpu_batch.tokens
+                if dist.main and ((i + 1) % args.log_every == 0 or i + 1 == len(batches)):
+                    dt = time.perf_counter() - t0
+                    accs = " ".join(f"{a:.3f}" for a in summarize(acc_c, acc_n))
+                    log(f"[train] epoch {epoch + 1} step {i + 1}/{len(batches)} loss "
+                        f"{float(loss_sum) / (i + 1):.4f} acc [{accs}] lr "
+                        f"{scheduler.get_last_lr()[0]:.2e} {tokens * dist.world / dt:.0f} "
+                        f"tokens/s")
+        finally:
+            prefetch.close()
+        train_tokens += tokens
+        heldout = _evaluate(drafter, heldout_head, data, args, device, autocast, dist,
+                            position_accuracy)
+        record = {"epoch": epoch + 1, "train_loss": float(loss_sum) / max(1, len(batches)),
+                  "train_acc": summarize(acc_c, acc_n), "heldout_acc": heldout,
+                  "est_acceptance_length": acceptance_length(heldout),
+                  "tokens_per_s": tokens * dist.world / (time.perf_counter() - t0)}
+        if dist.world > 1:
+            flat = torch.cat([p.detach().float().flatten() for p in params])
+            record["ranks_in_sync"] = dist.same_everywhere(
+                torch.stack([flat.sum(), flat.abs().sum(), flat.pow(2).sum()]))
+        history.append(record)
+        if dist.main:
+            log(f"[train] epoch {epoch + 1} held-out per-position accuracy: " +
+                " ".join(f"pos{k + 1} {a:.3f}" for k, a in enumerate(heldout)) +
+                f" (est. acceptance length {record['est_acceptance_length']:.2f})")
+            _save(out, epoch + 1, drafter, optimizer, scheduler, history, digest,
+                  save_checkpoint_weights)
+        dist.barrier()
+    dist.close()
+
+    finished = len(history) and history[-1]["epoch"] == args.epochs
+    result.metrics["history"] = history
+    if history:
+        acc = history[-1]["heldout_acc"]
+        result.metrics.update({f"heldout_acc_pos{k + 1}": round(a, 4)
+                               for k, a in enumerate(acc)})
+        result.metrics["est_acceptance_length"] = round(history[-1]["est_acceptance_length"], 3)
+    result.metrics["epochs_done"] = history[-1]["epoch"] if history else 0
+    result.metrics["train_seconds"] = round(time.perf_counter() - t_train, 2)
+    if train_tokens:
+        result.metrics["train_tokens_per_s"] = round(
+            train_tokens * dist.world / result.metrics["train_seconds"], 1)
+    state_file = out / STATE
+    if state_file.exists():
+        result.artifacts.append(str(out / json.loads(state_file.read_text())["checkpoint"]))
+    stopped_early = args.stop_after_epochs is not None and args.stop_after_epochs < args.epochs
+    result.check("epochs", bool(finished) or stopped_early,
+                 value=result.metrics["epochs_done"], expected=args.epochs,
+                 message="stopped early on purpose (--stop-after-epochs)" if stopped_early
+                 else "")
+    if dist.world > 1:
+        in_sync = all(h.get("ranks_in_sync", False) for h in history if "ranks_in_sync" in h)
+        result.metrics["world_size"] = dist.world
+        result.check("ranks_in_sync", in_sync, value=in_sync,
+                     message="trainable weights identical on every rank after each epoch")
+    acc1 = history[-1]["heldout_acc"][0] if history else 0.0
+    result.check("heldout_acc_pos1", acc1 >= args.min_acc1, value=round(acc1, 4),
+                 expected=f">= {args.min_acc1}",
+                 message="drafter greedy token == verifier greedy token, position 1")
+    result.summary = (f"train: epoch {result.metrics['epochs_done']}/{args.epochs}, held-out "
+                      f"accuracy " + " ".join(f"pos{k + 1} {a:.3f}" for k, a in enumerate(
+                          history[-1]["heldout_acc"] if history else [])))
+    return result
+
+
+def _evaluate(drafter, verifier_head, data, args, device, autocast, dist, position_accuracy):
+    import torch
+
+    drafter.eval()
+    correct = torch.zeros(args.ttt_steps, device=device)
+    counted = torch.zeros(args.ttt_steps, device=device)
+    batches = data.eval_batches(args.batch_size, args.batch_tokens)[: args.eval_batches]
+    for batch in batches[dist.rank::dist.world]:
+        b = data.load(batch).to(device)
+        with autocast:
+            c, n = position_accuracy(drafter, verifier_head, b.aux, b.last, b.input_ids,
+                                     b.loss_mask, args.ttt_steps, args.attn)
+        correct += c
+        counted += n
+    dist.all_sum(correct)
+    dist.all_sum(counted)
+    return [float(c) / float(n) if float(n) else 0.0 for c, n in zip(correct, counted, strict=True)]
+
+
+def _save(out: Path, epoch: int, drafter, optimizer, scheduler, history, digest,
+          save_weights) -> None:
+    import torch
+
+    ckpt = out / "checkpoints" / f"epoch-{epoch:03d}"
+    save_weights(drafter, ckpt)
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "epoch": epoch, "history": history, "config_hash": digest},
+               ckpt / "trainer.pt")
+    atomic_write_text(out / STATE, json.dumps({"epoch": epoch, "checkpoint":
+                                               str(ckpt.relative_to(out)),
+                                               "config_hash": digest}, indent=2))
+    log(f"[train] checkpoint {ckpt}")
+
+
+def _resume(out: Path, drafter, optimizer, scheduler, device) -> tuple[int, list]:
+    import torch
+
+    from pipeline.eagle3.drafter import _load_safetensors
+
+    state_file = out / STATE
+    if not state_file.exists():
+        return 0, []
+    state = json.loads(state_file.read_text())
+    ckpt = out / state["checkpoint"]
+    weights = _load_safetensors(ckpt / "model.safetensors")
+    drafter.load_state_dict(weights)
+    try:
+        trainer = torch.load(ckpt / "trainer.pt", map_location=device, weights_only=False)
+    except (OSError, RuntimeError, EOFError) as exc:
+        raise ActionError(f"unreadable trainer state ({exc})",
+                          where=str(ckpt / "trainer.pt")) from None
+    optimizer.load_state_dict(trainer["optimizer"])
+    scheduler.load_state_dict(trainer["scheduler"])
+    return int(state["epoch"]), list(trainer["history"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_action(ACTION, run, build_parser(), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
