@@ -413,8 +413,11 @@ class Runner:
         key = run.job["key"] if run.job else job_key(self.store, run.id)
         try:
             ex = self._executor(host)
+            # HARNESS_PYTHON: the host's interpreter (the one built-in actions use), so a
+            # `run:` stage can reach the same packages without knowing where they live.
             env = stage.env_for(host, {"HARNESS_RUN_ID": f"r{run.id}",
-                                       "HARNESS_STAGE": stage.name})
+                                       "HARNESS_STAGE": stage.name,
+                                       "HARNESS_PYTHON": host.python})
             code_hash = None
             if stage.is_builtin:
                 code_hash, env = self._code(ex, host, env)

@@ -12,8 +12,9 @@ Three layouts are recognised (the verification reports which):
   output directory (``state.json`` names the latest).
 
 Weights are ``*.safetensors`` (one file, or shards listed by
-``model.safetensors.index.json``). Headers are read with ``safetensors.safe_open``; tensor
-data is read only when asked for, by tensor or by row range, so a checker never holds the
+``model.safetensors.index.json``). Headers are read and validated with
+``safetensors.safe_open``; tensor data is read only when asked for, by tensor, by row range
+or in blocks, with plain file reads (no mapping of the file), so a checker never holds the
 whole checkpoint in memory. Standard library, torch and safetensors only.
 """
 
@@ -22,10 +23,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from pipeline.errors import ActionError
 
@@ -95,6 +97,8 @@ class TensorInfo:
     file: Path
     dtype: str           # safetensors' names: BF16, F16, F32, I64, BOOL, ...
     shape: list[int]
+    start: int = 0       # absolute byte offset of the data in the file
+    nbytes: int = 0
 
     @property
     def numel(self) -> int:
@@ -106,14 +110,14 @@ class TensorInfo:
 
 @dataclass
 class WeightSet:
-    """Open safetensors files of one model; tensors by name, read on demand."""
+    """The safetensors files of one model: every tensor's name, dtype, shape and place from
+    the headers; data read on demand with plain reads (whole, by rows, or in blocks)."""
 
     files: list[Path]
     tensors: dict[str, TensorInfo] = field(default_factory=dict)
     duplicates: list[str] = field(default_factory=list)
     metadata: dict[str, dict[str, str]] = field(default_factory=dict)
-    _stack: ExitStack = field(default_factory=ExitStack)
-    _handles: dict[Path, Any] = field(default_factory=dict)
+    _buffer: bytearray = field(default_factory=bytearray)
 
     @classmethod
     def open(cls, files: list[Path]) -> WeightSet:
@@ -122,26 +126,29 @@ class WeightSet:
         ws = cls(files=list(files))
         for f in ws.files:
             try:
-                handle = ws._stack.enter_context(safe_open(str(f), framework="pt"))
-                ws.metadata[f.name] = dict(handle.metadata() or {})
-                for name in handle.keys():  # noqa: SIM118 (a method, not a dict)
-                    sl = handle.get_slice(name)
-                    info = TensorInfo(name, f, str(sl.get_dtype()), list(sl.get_shape()))
-                    if name in ws.tensors:
-                        ws.duplicates.append(name)
-                    ws.tensors[name] = info
-            except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
-                ws.close()
+                # safe_open validates the file (header, offsets against the size); the
+                # header's own offsets then let reads fetch exactly the bytes asked for,
+                # without mapping the file.
+                with safe_open(str(f), framework="pt") as handle:
+                    offsets = _data_offsets(f)
+                    ws.metadata[f.name] = dict(handle.metadata() or {})
+                    for name in handle.keys():  # noqa: SIM118 (a method, not a dict)
+                        sl = handle.get_slice(name)
+                        start, end = offsets[name]
+                        info = TensorInfo(name, f, str(sl.get_dtype()), list(sl.get_shape()),
+                                          start, end - start)
+                        if name in ws.tensors:
+                            ws.duplicates.append(name)
+                        ws.tensors[name] = info
+            except (SafetensorError, OSError, RuntimeError, ValueError, KeyError) as exc:
                 raise ActionError(f"unreadable safetensors file ({_first_line(exc)})",
                                   where=str(f),
                                   hint="the file is truncated or not safetensors: "
                                        "copy or export it again") from None
-            ws._handles[f] = handle
         return ws
 
     def close(self) -> None:
-        self._stack.close()
-        self._handles.clear()
+        self._buffer = bytearray()
 
     def __enter__(self) -> WeightSet:
         return self
@@ -153,37 +160,87 @@ class WeightSet:
         return name in self.tensors
 
     def get(self, name: str) -> Any:
-        """The whole tensor (small tensors: d2t, t2d, norms)."""
+        """The whole tensor, read with plain file reads (small tensors: d2t, t2d, norms;
+        or every tensor, one at a time, when a drafter is loaded)."""
         info = self.tensors[name]
-        try:
-            return self._handles[info.file].get_tensor(name)
-        except Exception as exc:  # safetensors raises its own error types per version
-            raise ActionError(f"cannot read tensor {name} ({_first_line(exc)})",
-                              where=str(info.file)) from None
+        rows = info.shape[0] if info.shape else 1
+        return self.rows(name, 0, rows) if info.shape else self._read(info, info.start,
+                                                                      info.nbytes, [])
 
     def rows(self, name: str, start: int, stop: int) -> Any:
-        """Rows ``start:stop`` of a tensor, without reading the rest."""
+        """Rows ``start:stop`` of a tensor, reading only their bytes."""
         info = self.tensors[name]
-        try:
-            return self._handles[info.file].get_slice(name)[start:stop]
-        except Exception as exc:
-            raise ActionError(f"cannot read tensor {name} ({_first_line(exc)})",
-                              where=str(info.file)) from None
+        if not info.shape:
+            return self.get(name)
+        start, stop = max(start, 0), min(stop, info.shape[0])
+        row_bytes = info.nbytes // info.shape[0] if info.shape[0] else 0
+        return self._read(info, info.start + start * row_bytes,
+                          max(stop - start, 0) * row_bytes, [max(stop - start, 0),
+                                                             *info.shape[1:]])
 
-    def chunks(self, name: str, max_elements: int = 1 << 24) -> Iterator[Any]:
-        """The tensor in row blocks of at most ``max_elements`` elements (one row at least)."""
+    def _read(self, info: TensorInfo, offset: int, nbytes: int, shape: list[int]) -> Any:
+        dtype = _TORCH_DTYPES.get(info.dtype)
+        if dtype is None:
+            raise ActionError(f"tensor {info.name} has dtype {info.dtype}, which cannot be "
+                              "read", where=str(info.file))
+        buf = bytearray(nbytes)
+        try:
+            with open(info.file, "rb", buffering=0) as fh:
+                fh.seek(offset)
+                got = fh.readinto(buf) if nbytes else 0
+        except OSError as exc:
+            raise ActionError(f"cannot read tensor {info.name} ({exc.strerror or exc})",
+                              where=str(info.file)) from None
+        if got != nbytes:
+            raise ActionError(f"tensor {info.name} is cut short", where=str(info.file))
+        if not nbytes:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(buf, dtype=dtype).reshape(shape)
+
+    def blocks(self, name: str, block_bytes: int = 1 << 23) -> Iterator[Any]:
+        """The tensor's data, flat, in blocks read with plain file reads into one reused
+        buffer (so the file is not mapped and memory stays at one block). Each block is a
+        1-D tensor valid until the next one is read."""
         info = self.tensors[name]
-        if not info.shape or info.numel <= max_elements:
-            yield self.get(name)
-            return
-        row = max(info.numel // info.shape[0], 1)
-        step = max(max_elements // row, 1)
-        for start in range(0, info.shape[0], step):
-            yield self.rows(name, start, min(start + step, info.shape[0]))
+        dtype = _TORCH_DTYPES.get(info.dtype)
+        if dtype is None:
+            raise ActionError(f"tensor {name} has dtype {info.dtype}, which cannot be scanned",
+                              where=str(info.file))
+        item = torch.empty((), dtype=dtype).element_size()
+        block = max(block_bytes // item, 1) * item
+        if len(self._buffer) < min(block, info.nbytes):
+            self._buffer = bytearray(min(block, max(info.nbytes, 1)))
+        with open(info.file, "rb", buffering=0) as fh:
+            fh.seek(info.start)
+            done = 0
+            while done < info.nbytes:
+                n = min(block, info.nbytes - done)
+                view = memoryview(self._buffer)[:n]
+                got = fh.readinto(view)
+                if got != n:
+                    raise ActionError(f"tensor {name} is cut short", where=str(info.file))
+                done += n
+                yield torch.frombuffer(view, dtype=dtype)
 
     @property
     def total_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.files)
+
+
+def _data_offsets(path: Path) -> dict[str, tuple[int, int]]:
+    """name -> (start, end) absolute byte offsets, from the safetensors header: an 8-byte
+    little-endian length, then that many bytes of JSON; data follows."""
+    with open(path, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(n))
+    base = 8 + n
+    return {k: (base + int(v["data_offsets"][0]), base + int(v["data_offsets"][1]))
+            for k, v in header.items() if k != "__metadata__"}
+
+
+_TORCH_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32,
+                 "F64": torch.float64, "I64": torch.int64, "I32": torch.int32,
+                 "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
 
 
 def _first_line(exc: BaseException) -> str:

@@ -339,7 +339,7 @@ def _finite_check(rep: StructuralReport, ws: WeightSet) -> None:
     for name, info in ws.tensors.items():
         if info.dtype not in FLOAT_DTYPES:
             continue
-        count = sum(_nonfinite(chunk) for chunk in ws.chunks(name))
+        count = sum(_nonfinite(block) for block in ws.blocks(name))
         if count:
             bad[name] = count
     rep.add("finite", not bad, value=bad or None, expected="no NaN/Inf",
@@ -506,7 +506,7 @@ def _sample_rows(n: int) -> list[int]:
 
 
 def _best_elsewhere(vws: WeightSet, head: str, vocab: int, rows: torch.Tensor,
-                    block: int = 8192) -> torch.Tensor:
+                    block: int = 2048) -> torch.Tensor:
     """For each row, its best cosine against every verifier lm_head row (streamed)."""
     if rows.numel() == 0:
         return torch.zeros(0)
