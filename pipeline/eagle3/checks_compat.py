@@ -6,7 +6,7 @@ architecture after ``EAGLEConfig``'s rename, the registry). Where vLLM is not im
 the answer comes from the table of known vLLM rules, and every message says FALLBACK.
 
 Checks: ``vllm_source`` (which vLLM answered, or that the table did: a failure only with
-``require_vllm``), ``vllm_eagle3_target``, ``vllm_eagle3_drafter``, and
+``require_vllm`` or when the named ``python`` has no vLLM), ``vllm_eagle3_target``, ``vllm_eagle3_drafter``, and
 ``vllm_norm_flags``: a drafter trained with ``norm_before_residual`` needs a vLLM whose
 EAGLE-3 Llama model reads that flag; a build that ignores it runs another network than
 the one trained, with no error.
@@ -69,9 +69,11 @@ def compatibility_checks(target_config: dict[str, Any], layout: DrafterLayout, *
             msg = (c.message if installed else
                    f"FALLBACK: {c.message}; the answers below come from the table of known "
                    "vLLM rules, not from a vLLM install")
-            checks.append(Check("vllm_source", installed or not require_vllm,
+            # Naming an interpreter says "this is the serving vLLM": it must answer.
+            must = require_vllm or python is not None
+            checks.append(Check("vllm_source", installed or not must,
                                 value=answer.get("version") if installed else "fallback table",
-                                expected="installed vLLM" if require_vllm else None,
+                                expected="installed vLLM" if must else None,
                                 message=msg))
             continue
         checks.append(c)

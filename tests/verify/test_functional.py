@@ -148,3 +148,20 @@ def test_unloadable_checkpoint_reports_instead_of_crashing(good, variants, tmp_p
     assert not c["loads"].passed and "fc.weight" in c["loads"].message
     assert "functional checks not run" in result.summary
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_held_out_prompts_from_tokens_and_the_exclusion_of_training_data(good):
+    from pipeline.errors import ActionError
+
+    tok = load_tokenizer(good["verifier"])
+    prompts, counts = load_heldout(good["root"] / "tokens", tok, samples=3)
+    assert len(prompts) == 3 and counts["excluded"] == 0
+    # A sample's prompt is its tokens before the first assistant (loss-masked) token.
+    assert tok.decode(prompts[0].ids).endswith("<|im_start|>assistant\n")
+    # Every tokenized sample is training data: excluding them leaves nothing, and says so.
+    with pytest.raises(ActionError) as e:
+        load_heldout(good["root"] / "tokens", tok, samples=3, exclude=good["exclude"])
+    assert "no held-out prompt left" in e.value.message and "excluded" in e.value.message
+    # JSONL prompts: those whose text is in the training samples are skipped.
+    kept, counts = load_heldout(good["prompts"], tok, samples=100, exclude=good["exclude"])
+    assert counts["excluded"] > 0 and len(kept) == counts["read"] - counts["excluded"]

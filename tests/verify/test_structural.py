@@ -4,6 +4,7 @@ the invariant it breaks, with a one-line explanation and no traceback."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -141,3 +142,44 @@ def test_unreadable_inputs_are_one_line_errors_naming_the_file(good, tmp_path):
         structural_checks(cut, v)
     assert e.value.where == str(cut / "model.safetensors")
     assert "\n" not in str(e.value)
+
+
+def test_compatibility_is_asked_of_the_installed_vllm(good, tmp_path, monkeypatch):
+    """A stand-in vLLM 0.9.2 (llama only; it prefixes every drafter name with Eagle3):
+    it serves neither a qwen3 verifier nor a LlamaForCausalLMEagle3 drafter, and says
+    what would have to change."""
+    import shutil
+
+    from tests.conftest import ROOT
+    from tests.serve.helpers import STANDIN_VLLM
+
+    qwen = tmp_path / "qwen-verifier"
+    shutil.copytree(good["verifier"], qwen)
+    cfg = json.loads((qwen / "config.json").read_text())
+    cfg["model_type"] = "qwen3"
+    (qwen / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}:{STANDIN_VLLM / 'llama_only'}")
+    rc, result = run_verify(tmp_path, verify_params(good, good["dir"], functional=False,
+                                                    verifier=qwen))
+    assert rc == 1 and result is not None
+    c = checks(result)
+    assert c["vllm_source"].passed and c["vllm_source"].value == "0.9.2"
+    assert not c["vllm_eagle3_target"].passed
+    assert "vLLM 0.10.0 and later accept this model_type" in c["vllm_eagle3_target"].message
+    assert not c["vllm_eagle3_drafter"].passed
+    assert result.metrics["vllm_version"] == "0.9.2"
+    assert result.metrics["vllm_compat_source"] == "vllm"
+    assert len(result.metrics["vllm_changes_needed"]) == 2
+    # The structure itself is fine: only the serving side is refused.
+    assert all(c[n].passed for n in result.metrics["check_layers"]["structural"])
+
+
+def test_a_named_interpreter_without_vllm_fails_the_source_check(good, tmp_path):
+    rc, result = run_verify(tmp_path, verify_params(good, good["dir"], functional=False,
+                                                    vllm_python=sys.executable,
+                                                    vllm_version="0.9.1"))
+    c = checks(result)
+    assert rc == 1 and not c["vllm_source"].passed
+    assert c["vllm_source"].message.startswith("FALLBACK")
+    assert c["vllm_eagle3_target"].message.startswith("FALLBACK (vLLM not importable here; "
+                                                      "rules for vLLM 0.8.0..0.9.2")
