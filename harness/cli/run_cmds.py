@@ -11,8 +11,8 @@ from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.errors import EXIT_ERROR, Interrupted, UsageError
 from harness.render import safe_line
 from harness.runner import Runner, cancel_run, stage_status
-from pipeline.redact import redact_text
 from pipeline.params import check_params
+from pipeline.redact import redact_text
 from pipeline.spec import load_spec
 from state.fold import RUN_FINAL
 
