@@ -10,8 +10,8 @@ compaction.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from harness.formats import AgentWrite, Capabilities, ViewItem, caps_named, render_list
@@ -98,7 +98,10 @@ def apply_write(tx: Tx, write: AgentWrite, *, sees_response: bool = True,
         view = sent_view(write, p.matched, created)
     if base is None or base_format != caps.name or tuple(view) != base \
             or (sees_response and base_n != tx.state.n):
-        tx.set_agent_view(actor, {"format": caps.name, "n": tx.state.n, "items": view}, ts=ts)
+        doc = {"format": caps.name, "n": tx.state.n, "items": view}
+        text_ = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+        tx.set_agent_view(actor, text_, ts=ts)
+        _remember_view(text_, (caps.name, tx.state.n, tuple(view)))
     if sees_response:
         notes += standing_notes(tx.state.todos, caps)
     for num in p.kept:
@@ -119,19 +122,35 @@ def _patched(base: tuple[ViewItem, ...], todos: dict[int, TodoState],
     return [fresh[v.num]._replace(agent_id=v.agent_id) if v.num in fresh else v for v in base]
 
 
-@lru_cache(maxsize=256)
-def _parse_view(text: str) -> tuple[str | None, int | None, tuple[ViewItem, ...] | None]:
+ParsedView = tuple[str | None, int | None, tuple[ViewItem, ...] | None]
+_VIEWS: OrderedDict[str, ParsedView] = OrderedDict()
+_VIEWS_MAX = 256
+
+
+def _remember_view(text: str, parsed: ParsedView) -> None:
+    _VIEWS[text] = parsed
+    _VIEWS.move_to_end(text)
+    while len(_VIEWS) > _VIEWS_MAX:
+        _VIEWS.popitem(last=False)
+
+
+def _parse_view(text: str) -> ParsedView:
     """A stored agent view: (format, the session's event number it was taken at, items).
 
-    Cached by its text: an agent's next write usually finds the view its previous write
-    left, so this is parsed once per change, not per write."""
+    Cached by its text, and primed by the write that stored it: an agent's next write
+    usually finds the view its previous write left, so that view is never decoded."""
+    hit = _VIEWS.get(text)
+    if hit is not None:
+        return hit
     try:
         doc = json.loads(text)
         n = doc.get("n")
-        return (doc.get("format"), n if isinstance(n, int) else None,
-                tuple(ViewItem(*row) for row in doc["items"]))
+        parsed: ParsedView = (doc.get("format"), n if isinstance(n, int) else None,
+                              tuple(ViewItem(*row) for row in doc["items"]))
     except (ValueError, KeyError, TypeError, AttributeError):
-        return None, None, None  # an unreadable view is no view: merge as a first write
+        parsed = (None, None, None)  # an unreadable view is no view: merge as a first write
+    _remember_view(text, parsed)
+    return parsed
 
 
 READ_FORMATS = ("prompt", "json", "opencode", "claude", "codex")

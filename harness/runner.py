@@ -354,6 +354,20 @@ class Runner:
         self.out(f"done: {len(report.completed)}/{len(self.scope)} completed"
                  + (f", {len(report.blocked)} blocked" if report.blocked else "")
                  + (f", {len(report.waiting)} not run" if report.waiting else ""))
+        # What each completed stage left, in its own words (the drafter, its accuracy...).
+        last: dict[str, RunState] = {}
+        for run in self.store.runs(self.sid):
+            if run.stage in report.completed and run.state == "succeeded":
+                last[run.stage] = run
+        for name in report.completed:
+            summary = (last[name].result or {}).get("summary") if name in last else None
+            if summary:
+                self.out(f"  {safe_line(str(summary), 200)}")
+        hosts = {self.host(self.spec.stage(n)).name: self.host(self.spec.stage(n))
+                 for n in self.scope}
+        for host in hosts.values():
+            if host.workdir:
+                self.out(f"  files on {host.label}: {host.workdir}")
         for name, why in report.blocked:
             self.out(f"  blocked {name}: {safe_line(why, 200)}")
         for line in report.waiting:

@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime, timezone
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -66,6 +66,8 @@ from state.models import (
     VerificationRow,
 )
 from state.watch import Watch
+
+T = TypeVar("T")
 
 # Snapshot a session's state every this many events (chosen by bench/replay.py).
 SNAPSHOT_EVERY = 256
@@ -1001,14 +1003,17 @@ class Store:
                 yield _event_from_row(r)
             last = hi
 
-    def runs(self, session_id: int | None = None, *, todo_id: int | None = None) -> list[RunState]:
+    def _rows(self, model: Any, convert: Callable[[Any], T], **equal: Any) -> list[T]:
+        """Rows of a projection table with the given columns equal (None: any), by id."""
         with self._orm() as s:
-            q = select(RunRow)
-            if session_id is not None:
-                q = q.where(RunRow.session_id == session_id)
-            if todo_id is not None:
-                q = q.where(RunRow.todo_id == todo_id)
-            return [_run_from_model(r) for r in s.exec(q.order_by(col(RunRow.id)))]
+            q = select(model)
+            for name, value in equal.items():
+                if value is not None:
+                    q = q.where(getattr(model, name) == value)
+            return [convert(r) for r in s.exec(q.order_by(col(model.id)))]
+
+    def runs(self, session_id: int | None = None, *, todo_id: int | None = None) -> list[RunState]:
+        return self._rows(RunRow, _run_from_model, session_id=session_id, todo_id=todo_id)
 
     def run(self, run_id: int) -> tuple[int, RunState]:
         """(session id, run) for a store-wide run id."""
@@ -1054,24 +1059,13 @@ class Store:
 
     def verifications(self, session_id: int | None = None, *,
                       todo_id: int | None = None) -> list[VerificationState]:
-        with self._orm() as s:
-            q = select(VerificationRow)
-            if session_id is not None:
-                q = q.where(VerificationRow.session_id == session_id)
-            if todo_id is not None:
-                q = q.where(VerificationRow.todo_id == todo_id)
-            return [_verification_from_model(r)
-                    for r in s.exec(q.order_by(col(VerificationRow.id)))]
+        return self._rows(VerificationRow, _verification_from_model, session_id=session_id,
+                          todo_id=todo_id)
 
     def artifacts(self, session_id: int | None = None, *,
                   run_id: int | None = None) -> list[ArtifactState]:
-        with self._orm() as s:
-            q = select(ArtifactRow)
-            if session_id is not None:
-                q = q.where(ArtifactRow.session_id == session_id)
-            if run_id is not None:
-                q = q.where(ArtifactRow.run_id == run_id)
-            return [_artifact_from_model(r) for r in s.exec(q.order_by(col(ArtifactRow.id)))]
+        return self._rows(ArtifactRow, _artifact_from_model, session_id=session_id,
+                          run_id=run_id)
 
     def agent_view(self, session_id: int, actor: str) -> Any:
         with self._errors(), self.engine.connect() as conn:

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from state.engine import PG_CHANGE_CHANNEL
+from state.errors import StoreUnavailable
 
 
 class Watch:
@@ -48,21 +49,28 @@ class Watch:
         """True if another connection committed a write since the previous call (the
         first call answers True). Raises the driver's error only if reconnecting fails."""
         if self._conn is None:
-            self._open()
-            self._last = self._token()
+            self._reopen()
             return True
         try:
             token = self._token()
         except Exception:
             self.close()
-            self._open()
-            self._last = self._token()
+            self._reopen()
             return True
         if self.dialect == "postgresql":
             return bool(token)
         moved = token != self._last
         self._last = token
         return moved
+
+    def _reopen(self) -> None:
+        try:
+            self._open()
+            self._last = self._token()
+        except Exception as exc:
+            self.close()
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreUnavailable(f"cannot watch the database ({first})") from None
 
     def _token(self) -> Any:
         if self.dialect == "postgresql":

@@ -338,11 +338,10 @@ def test_a_1gb_file_streams_in_bounded_memory(tmp_path: Path) -> None:
         from state.store import Store
         from harness.importers import import_file
         r = import_file(Store.open({str(db)!r}), {str(path)!r})
-        # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the forked parent,
-        # so a large test process (torch loaded by earlier tests) would be counted here.
-        peak = next(int(l.split()[1]) for l in open("/proc/self/status")
-                    if l.startswith("VmHWM:")) // 1024
-        print(r.calls, r.imported, peak)
+        # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec, so it would count the
+        # (large) test process this one was forked from.
+        status = open("/proc/self/status").read().split("VmHWM:")[1].split()
+        print(r.calls, r.imported, int(status[0]) // 1024)
     """)
     import subprocess
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

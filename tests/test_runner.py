@@ -331,3 +331,18 @@ def test_run_usage_errors(tmp_path: Path, cli, args: list[str], message: str) ->
     spec = write_spec(tmp_path / "p.yaml", [{"name": "one", "run": "echo one"}])
     r = cli(["run", str(spec), *args])
     assert r.code == 2 and message in r.err, r.err
+
+
+def test_unknown_action_parameter_fails_before_anything_runs(tmp_path: Path, cli) -> None:
+    spec = write_spec(tmp_path / "p.yaml", [
+        {"name": "first", "run": "echo should not run > ran.txt"},
+        {"name": "vocab", "needs": ["first"], "action": "eagle3.vocab",
+         "with": {"freqs": "data/tokens", "verifier": "v", "draft_vocabulary": 32000,
+                  "out": "vocab.safetensors"}}])
+    for args in (["check", str(spec)], ["run", str(spec)]):
+        r = cli(args)
+        assert r.code == 1, r.out
+        assert "stages[1] (vocab).with.draft_vocabulary: unknown parameter" in r.err
+        assert "did you mean 'draft_vocab'?" in r.err
+    assert not (tmp_path / "work" / "ran.txt").exists()
+    assert json.loads(cli(["list", "--json"]).out) == []

@@ -2,8 +2,8 @@
 
 Everything that touches the database runs here, in the order it was asked for, so a
 person's "start, then done" cannot land the other way round and the event loop never
-waits on SQLite. Change detection is :meth:`state.store.Store.change_token` (SQLite's
-``PRAGMA data_version``) on one long-lived connection, polled every ``interval`` seconds;
+waits on the database. Change detection is :meth:`state.store.Store.watch` (SQLite's
+``PRAGMA data_version``, PostgreSQL's LISTEN/NOTIFY), polled every ``interval`` seconds;
 when it moves, the thread reads the session's new events and folds them with
 :func:`state.fold.apply`, the same fold the store itself uses, so the board is exactly
 the projection without re-reading every todo.
@@ -81,7 +81,6 @@ class StoreIO:
         self._state: SessionState | None = None
         self._name = ""
         self._pipeline: str | None = None
-        self._token: Any = None
         self._selected: int | None = None
         self._shown: int | None = -1  # the todo the detail pane shows (-1: none yet)
         self._log = _LogFollow()
@@ -118,9 +117,9 @@ class StoreIO:
 
     # -- the thread ----------------------------------------------------------------------
     def run(self, cancelled: Callable[[], bool]) -> None:
-        conn = None
+        watch = None
         try:
-            conn = self.store.engine.connect()
+            watch = self.store.watch()
             first = True
             while not cancelled():
                 try:
@@ -134,16 +133,16 @@ class StoreIO:
                         items.append(self._queue.get_nowait())
                     except queue.Empty:
                         break
-                if self._step(conn, items):
+                if self._step(watch, items):
                     break
         except KNOWN_ERRORS as exc:
             self._post(StoreProblem(f"{render(exc)}; live updates stopped"))
         finally:
-            if conn is not None:
-                conn.close()
+            if watch is not None:
+                watch.close()
             self.stopped.set()
 
-    def _step(self, conn: Any, items: list[tuple[str, Any]]) -> bool:
+    def _step(self, watch: Any, items: list[tuple[str, Any]]) -> bool:
         stop = False
         done: list[WriteDone] = []
         barriers: list[int] = []
@@ -169,7 +168,7 @@ class StoreIO:
         if stop:
             return True
         try:
-            self._refresh(conn)
+            self._refresh(watch)
             self._problem = ""
         except KNOWN_ERRORS as exc:
             # A locked or vanished database: say so once, keep trying.
@@ -177,7 +176,6 @@ class StoreIO:
             if text != self._problem:
                 self._problem = text
                 self._post(StoreProblem(text))
-            conn.rollback()
         for msg in done:
             self._post(msg)
         for token in barriers:
@@ -191,13 +189,11 @@ class StoreIO:
             return WriteDone(render(exc), severity="error")
 
     # -- live ----------------------------------------------------------------------------
-    def _refresh(self, conn: Any) -> None:
-        token = self.store.change_token(conn)
-        conn.rollback()  # end the read so the next poll sees new commits (PostgreSQL)
+    def _refresh(self, watch: Any) -> None:
+        # Someone committed something, somewhere (events, or log lines, which are not).
+        changed = watch.changed()
         self.polls += 1
-        changed = token != self._token  # someone committed something, somewhere
         first = self._state is None
-        self._token = token
         touched: set[int] = set()
         board_changed = first
         if first:

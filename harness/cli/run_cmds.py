@@ -11,6 +11,7 @@ from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.errors import EXIT_ERROR, Interrupted, UsageError
 from harness.render import safe_line
 from harness.runner import Runner, cancel_run, stage_status
+from pipeline.params import check_params
 from pipeline.redact import redact_text
 from pipeline.spec import load_spec
 from state.fold import RUN_FINAL
@@ -32,11 +33,16 @@ def parse_run_id(text: str) -> int:
 def check(spec_path: Path, as_json: bool) -> None:
     """Validate a pipeline spec without running anything."""
     spec = load_spec(spec_path)
+    unchecked = check_params(spec, str(spec_path))
     if as_json:
-        emit_json(spec.model_dump(mode="json", by_alias=True))
+        emit_json({**spec.model_dump(mode="json", by_alias=True),
+                   "unchecked_actions": unchecked})
         return
     click.echo(f"{spec_path}: pipeline {spec.name}, {len(spec.stages)} stage(s), "
                f"hosts {', '.join(sorted(spec.hosts))}: ok")
+    if unchecked:
+        click.echo(f"  parameters of {', '.join(unchecked)} not checked: their code does not "
+                   "import here (install the eagle3 extra to check them)")
     for stage in spec.order():
         host = spec.host_for(stage)
         what = f"action {stage.action}" if stage.action else "run: " + safe_line(stage.run or "", 60)
@@ -62,6 +68,7 @@ def run_cmd(spec_path: Path, only: str | None, until: str | None, overrides: tup
     Re-running resumes: finished stages are skipped, jobs left running are re-attached.
     """
     spec = load_spec(spec_path)
+    check_params(spec, str(spec_path))
     host_overrides: dict[str, str] = {}
     for item in overrides:
         stage, sep, host = item.partition("=")

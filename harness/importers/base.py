@@ -65,6 +65,20 @@ class SourceInfo:
     lines: int = 0
 
 
+class Parser:
+    """What every transcript parser holds: the file, where it is (for messages), what it
+    learnt, the timestamp to fall back on, and how many lines were not todo calls."""
+
+    fmt = ""
+
+    def __init__(self, fh: IO[bytes], where: str, *, fallback_ts: str | None = None):
+        self.fh = fh
+        self.where = where
+        self.info = SourceInfo()
+        self.fallback_ts = fallback_ts
+        self.non_todo = 0
+
+
 def check_text(head: bytes, where: str) -> None:
     """Refuse binary files before parsing anything."""
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):

@@ -32,8 +32,8 @@ from harness.errors import InputError
 from harness.formats import CLAUDE_TASKS, AgentWrite, Item, parse
 from harness.importers.base import (
     Call,
+    Parser,
     Skipped,
-    SourceInfo,
     json_error,
     read_lines,
     to_ts,
@@ -66,18 +66,14 @@ class _Pending:
     result: Any = None
 
 
-class ClaudeParser:
+class ClaudeParser(Parser):
     """Yields :class:`Call` and :class:`Skipped` items from a Claude Code transcript."""
 
     def __init__(self, fh: IO[bytes], where: str, *, stream: bool = False,
                  fallback_ts: str | None = None):
-        self.fh = fh
-        self.where = where
+        super().__init__(fh, where, fallback_ts=fallback_ts)
         self.stream = stream
         self.fmt = "claude-stream" if stream else "claude-code"
-        self.info = SourceInfo()
-        self.fallback_ts = fallback_ts
-        self.non_todo = 0
         self._last_ts: str | None = None
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._pending_b: list[bytes] = []  # their ids as bytes, for the line filter

@@ -22,21 +22,25 @@ from typing import IO, Any
 
 from harness.errors import InputError
 from harness.formats import parse
-from harness.importers.base import Call, Item, Skipped, SourceInfo, json_error, read_lines, to_ts
+from harness.importers.base import (
+    Call,
+    Item,
+    Parser,
+    Skipped,
+    json_error,
+    read_lines,
+    to_ts,
+)
 
 _META_LINES = 20
 _MAX_PENDING = 64
 
 
-class CodexParser:
+class CodexParser(Parser):
     fmt = "codex"
 
     def __init__(self, fh: IO[bytes], where: str, *, fallback_ts: str | None = None):
-        self.fh = fh
-        self.where = where
-        self.info = SourceInfo()
-        self.fallback_ts = fallback_ts
-        self.non_todo = 0
+        super().__init__(fh, where, fallback_ts=fallback_ts)
         self._last_ts: str | None = None
         # call_id -> [line, ts, arguments, answered, refused]
         self._pending: OrderedDict[str, list[Any]] = OrderedDict()

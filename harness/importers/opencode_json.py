@@ -22,20 +22,16 @@ import ijson
 
 from harness.errors import InputError
 from harness.formats import parse
-from harness.importers.base import Call, Item, Skipped, SourceInfo, to_ts
+from harness.importers.base import Call, Item, Parser, Skipped, to_ts
 
 TOOL = "todowrite"
 
 
-class OpencodeJsonParser:
+class OpencodeJsonParser(Parser):
     fmt = "opencode-json"
 
     def __init__(self, fh: IO[bytes], where: str, *, fallback_ts: str | None = None):
-        self.fh = fh
-        self.where = where
-        self.info = SourceInfo()
-        self.fallback_ts = fallback_ts
-        self.non_todo = 0
+        super().__init__(fh, where, fallback_ts=fallback_ts)
         self._seen: set[str] = set()
         self._last_ts: str | None = None
 

@@ -28,7 +28,7 @@ from typing import IO
 
 from harness.errors import InputError
 from harness.formats import parse
-from harness.importers.base import Call, Item, Skipped, SourceInfo, json_error, read_lines
+from harness.importers.base import Call, Item, Parser, Skipped, json_error, read_lines
 
 _SESSION = re.compile(r"^\*\*Session ID:\*\*\s*(\S+)")
 _CREATED = re.compile(r"^\*\*Created:\*\*\s*(.+?)\s*$")
@@ -49,15 +49,11 @@ def _local(text: str) -> datetime | None:
     return None
 
 
-class OpencodeMarkdownParser:
+class OpencodeMarkdownParser(Parser):
     fmt = "opencode-export"
 
     def __init__(self, fh: IO[bytes], where: str, *, fallback_ts: str | None = None):
-        self.fh = fh
-        self.where = where
-        self.info = SourceInfo()
-        self.fallback_ts = fallback_ts
-        self.non_todo = 0
+        super().__init__(fh, where, fallback_ts=fallback_ts)
         self._start: datetime | None = None
         self._end: datetime | None = None
         self._offset = timedelta(0)
