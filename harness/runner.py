@@ -79,26 +79,106 @@ def host_record(host: HostSpec) -> dict[str, Any]:
     return host.model_dump(exclude={"env"}, mode="json")
 
 
-def evaluate_gate(gate: dict[str, float], metrics: dict[str, Any]) -> tuple[bool, list[str]]:
-    """``min_x: 2`` needs metric ``x`` >= 2; ``max_x`` needs <=. Returns (passed, lines)."""
-    lines: list[str] = []
-    ok = True
-    for name, threshold in gate.items():
-        if name.startswith("min_"):
-            metric, op = name[4:], ">="
-        elif name.startswith("max_"):
-            metric, op = name[4:], "<="
+@dataclass
+class GateItem:
+    """One threshold of a gate, compared with what the action measured."""
+
+    key: str                        # as written in the spec: min_acceptance_length
+    metric: str                     # acceptance_length
+    op: str                         # ">=" or "<="
+    threshold: float | list[float]
+    value: Any                      # the measured value compared (None: missing)
+    passed: bool
+    where: str = ""                 # "pos2 " when one position of a list is shown
+    limit: Any = None               # the threshold shown (that position's, for a list)
+
+    def __post_init__(self) -> None:
+        if self.limit is None:
+            self.limit = self.threshold
+
+    @property
+    def line(self) -> str:
+        """``acceptance_length 1.17 fails >= 2``, as the run's reason and the TUI say it."""
+        if self.value is None:
+            return f"{self.metric} missing (gate needs {self.op} {_fmt(self.limit)})"
+        return (f"{self.metric} {self.where}{_fmt(self.value)} "
+                f"{'meets' if self.passed else 'fails'} {self.op} {_fmt(self.limit)}")
+
+    @property
+    def needs(self) -> str:
+        """``projected_speedup ≥ 1.1 (measured 0.66)``, for a blocked todo's reason."""
+        sign = "≥" if self.op == ">=" else "≤"
+        measured = "missing" if self.value is None else f"measured {_fmt(self.value)}"
+        return f"{self.metric} {self.where}{sign} {_fmt(self.limit)} ({measured})"
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, list):
+        return "[" + ", ".join(_fmt(v) for v in x) + "]"
+    return f"{x:.4g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def gate_items(gate: dict[str, Any], metrics: dict[str, Any]) -> list[GateItem]:
+    """``min_x: t`` needs metric ``x >= t``; ``max_x`` needs ``<=``; a bare name is ``min``.
+
+    A metric that is a list (per-position acceptance) is held by a number at its first
+    entry (position 1), or by a list entry by entry (``[0.6, 0.4]``: positions 1 and 2).
+    """
+    items = []
+    for key, threshold in gate.items():
+        if key.startswith("min_"):
+            metric, op = key[4:], ">="
+        elif key.startswith("max_"):
+            metric, op = key[4:], "<="
         else:
-            metric, op = name, ">="
+            metric, op = key, ">="
         value = metrics.get(metric)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            ok = False
-            lines.append(f"{metric} missing (gate needs {op} {threshold:g})")
-            continue
-        good = value >= threshold if op == ">=" else value <= threshold
-        ok = ok and good
-        lines.append(f"{metric} {value:.4g} {'meets' if good else 'fails'} {op} {threshold:g}")
-    return ok, lines
+
+        def good(v: float, t: float, op: str = op) -> bool:
+            return v >= t if op == ">=" else v <= t
+
+        if isinstance(value, list) and value and all(_is_number(v) for v in value):
+            wanted = threshold if isinstance(threshold, list) else [threshold]
+            if len(value) < len(wanted):
+                items.append(GateItem(key, metric, op, threshold, None, False))
+                continue
+            failing = [i for i, t in enumerate(wanted) if not good(value[i], t)]
+            if failing or not isinstance(threshold, list):
+                i = failing[0] if failing else 0
+                items.append(GateItem(key, metric, op, threshold, value[i], not failing,
+                                      f"pos{i + 1} ", wanted[i]))
+            else:
+                items.append(GateItem(key, metric, op, threshold, value[: len(wanted)], True))
+        elif _is_number(value) and not isinstance(threshold, list):
+            items.append(GateItem(key, metric, op, threshold, value, good(value, threshold)))
+        else:
+            items.append(GateItem(key, metric, op, threshold, None, False))
+    return items
+
+
+def evaluate_gate(gate: dict[str, Any], metrics: dict[str, Any]) -> tuple[bool, list[str]]:
+    """Returns (passed, one line per threshold)."""
+    items = gate_items(gate, metrics)
+    return all(i.passed for i in items), [i.line for i in items]
+
+
+def gate_reason(gate: dict[str, Any], result: StageResult | None) -> str:
+    """Why a gate failed, numbers first: the action's own summary (for eagle3.verify
+    ``acceptance 15% (τ 1.17) at k=3; pos1 40%; projected 0.66x``), then what the gate
+    needs of each failing metric and what was measured."""
+    metrics = result.metrics if result is not None else {}
+    failing = [i.needs for i in gate_items(gate, metrics) if not i.passed]
+    head = _headline(result.summary) if result is not None else ""
+    return "gate failed: " + (f"{head}; " if head else "") + "gate needs " + ", ".join(failing)
+
+
+def _headline(summary: str) -> str:
+    """A summary without the list of failed checks the reason carries anyway."""
+    return summary.split("; failed: ")[0].split("; all checks passed")[0].strip()
 
 
 @dataclass
@@ -347,8 +427,11 @@ class Runner:
         key = run.job["key"] if run.job else job_key(self.store, run.id)
         try:
             ex = self._executor(host)
+            # HARNESS_PYTHON: the host's interpreter (the one built-in actions use), so a
+            # `run:` stage can reach the same packages without knowing where they live.
             env = stage.env_for(host, {"HARNESS_RUN_ID": f"r{run.id}",
-                                       "HARNESS_STAGE": stage.name})
+                                       "HARNESS_STAGE": stage.name,
+                                       "HARNESS_PYTHON": host.python})
             code_hash = None
             if stage.is_builtin:
                 code_hash, env = self._code(ex, host, env)
@@ -509,12 +592,15 @@ class Runner:
         problems += [f"output {p} is missing" for p in missing]
         gate_ok, gate_lines = evaluate_gate(stage.gate, result.metrics if result else {})
         if stage.gate and not gate_ok:
-            problems.append("gate failed: " + "; ".join(gate_lines))
+            # The measured numbers lead the reason: they are what a person acts on.
+            problems.insert(0, gate_reason(stage.gate, result))
         self._record_verification(stage, todo, run_id, result, gate_ok, gate_lines)
         if problems:
             return self._end(stage, todo, run_id, "failed", status.exit_code,
                              "; ".join(problems), result)
-        note = "; ".join(gate_lines) if stage.gate else (result.summary if result else "")
+        summary = _headline(result.summary) if result else ""
+        note = (f"{summary}; " if summary else "") + "gate passed: " + "; ".join(gate_lines) \
+            if stage.gate else (result.summary if result else "")
         return self._end(stage, todo, run_id, "succeeded", 0, note or None, result)
 
     @staticmethod
@@ -554,9 +640,10 @@ class Runner:
         if result is None or not (result.checks or stage.gate):
             return
         passed = result.ok and (gate_ok or not stage.gate)
-        verdict = "; ".join(gate_lines) if stage.gate else (result.summary or
-                                                            ("all checks passed" if passed
-                                                             else "checks failed"))
+        verdict = ((f"{_headline(result.summary)}; " if _headline(result.summary) else "")
+                   + f"gate {'passed' if gate_ok else 'failed'}: " + "; ".join(gate_lines)
+                   ) if stage.gate else (result.summary or ("all checks passed" if passed
+                                                            else "checks failed"))
         artifact = result.artifacts[0] if result.artifacts else None
         with self.store.write(self.sid, RUNNER) as tx:
             tx.record_verification(
@@ -590,6 +677,12 @@ class Runner:
                 return  # a person decided meanwhile (done, cancelled, blocked): theirs stands
             if outcome.completed:
                 tx.update_todo(todo, status="completed")
+                gated = outcome.stage in {s.name for s in self.spec.stages} and \
+                    bool(self.spec.stage(outcome.stage).gate)
+                if gated and outcome.reason:
+                    # The numbers that let it through stay on the todo itself.
+                    tx.emit("todo.noted", todo_id=todo,
+                            payload={"text": f"r{outcome.run} {outcome.reason}"})
             else:
                 tx.update_todo(todo, status="blocked",
                                blocked_reason=f"r{outcome.run} {outcome.state}: "

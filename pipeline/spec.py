@@ -94,11 +94,25 @@ def _number(value: object) -> float:
     return float(value)
 
 
+def _threshold(value: object) -> float | list[float]:
+    """A gate threshold: a number, or a list of numbers (one per position, e.g.
+    ``min_position_acceptance: [0.6, 0.4, 0.2]``)."""
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("expected a number or a non-empty list of numbers")
+        try:
+            return [_number(v) for v in value]
+        except ValueError:
+            raise ValueError(f"expected a list of numbers, got {value!r}") from None
+    return _number(value)
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 PriorityName = Annotated[Literal["high", "medium", "low"], BeforeValidator(_priority)]
 StrList = Annotated[list[StrictStr], BeforeValidator(_as_list)]
 EnvMap = Annotated[dict[str, StrictStr], BeforeValidator(_env_values)]
 Number = Annotated[float, BeforeValidator(_number)]
+Threshold = Annotated[float | list[float], BeforeValidator(_threshold)]
 
 
 class _Model(BaseModel):
@@ -153,7 +167,7 @@ class Stage(_Model):
     host: StrictStr | None = None
     outputs: StrList = Field(default_factory=list)
     checks: StrList = Field(default_factory=list)
-    gate: dict[str, Number] = Field(default_factory=dict)
+    gate: dict[str, Threshold] = Field(default_factory=dict)
     retries: StrictInt | None = Field(None, ge=0)
     timeout: Duration | None = None
     env: EnvMap = Field(default_factory=dict)

@@ -2,7 +2,9 @@
 """Run the stages of ``examples/eagle3-tiny.yaml`` in order, without the harness.
 
 Each stage is ``python -m <module> <params_to_argv(with)> --result results/<name>.json`` in
-the workdir, exactly as the runner starts an action. Prints each stage's output, then a table
+the workdir, exactly as the runner starts an action (a ``run:`` stage is ``bash -c`` with
+``HARNESS_PYTHON`` set, as the runner runs it). Gates are the harness's business: this
+script reports the stages' own checks. Prints each stage's output, then a table
 of wall times and verdicts, and the drafter's held-out per-position accuracy.
 
     python scripts/eagle3_tiny.py [--spec examples/eagle3-tiny.yaml] [--workdir DIR]
@@ -62,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"moved the old workdir to {aside}")
     workdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]), PYTHONUNBUFFERED="1")
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]), PYTHONUNBUFFERED="1",
+        HARNESS_PYTHON=sys.executable)
 
     stages = ordered(spec["stages"])
     if args.start:
@@ -73,19 +76,25 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     t_all = time.perf_counter()
     for stage in stages:
-        module = BUILTIN_ACTIONS[stage["action"]]
         result_path = workdir / "results" / f"{stage['name']}.json"
-        params = dict(stage.get("with") or {})
-        if args.device and "device" in params:
-            params["device"] = args.device
-        cmd = [sys.executable, "-m", module, *params_to_argv(params),
-               "--result", str(result_path)]
-        print(f"\n== {stage['name']}: {' '.join(cmd[1:])}", flush=True)
+        if result_path.exists():
+            result_path.unlink()
+        if "run" in stage:  # a shell stage, as the runner runs it
+            cmd = ["bash", "-c", stage["run"]]
+            print(f"\n== {stage['name']}: (shell)", flush=True)
+        else:
+            params = dict(stage.get("with") or {})
+            if args.device and "device" in params:
+                params["device"] = args.device
+            cmd = [sys.executable, "-m", BUILTIN_ACTIONS[stage["action"]],
+                   *params_to_argv(params), "--result", str(result_path)]
+            print(f"\n== {stage['name']}: {' '.join(cmd[1:])}", flush=True)
         t0 = time.perf_counter()
-        rc = subprocess.call(cmd, cwd=workdir, env=env)
+        rc = subprocess.call(cmd, cwd=workdir, env={**env, "HARNESS_STAGE": stage["name"]})
         dt = time.perf_counter() - t0
         result = read_result(result_path) if result_path.exists() else None
-        ok = rc == 0 and result is not None and result.ok
+        ok = rc == 0 and ((result is None and "run" in stage)
+                          or (result is not None and result.ok))
         rows.append((stage["name"], dt, ok, result.summary if result else f"exit {rc}"))
         if not ok:
             break
@@ -102,6 +111,14 @@ def main(argv: list[str] | None = None) -> int:
         print("held-out per-position accuracy: " +
               " ".join(f"{k.removeprefix('heldout_acc_')} {v:.3f}" for k, v in accs.items()) +
               f" (est. acceptance length {metrics.get('est_acceptance_length')})")
+    verify = workdir / "results" / "verify.json"
+    if verify.exists():
+        m = json.loads(verify.read_text())["metrics"]
+        if "tau" in m:
+            print(f"verify: acceptance length {m['tau']} (teacher-forced "
+                  f"{m['teacher_forced_tau']}, untrained {m.get('untrained_acceptance_length')})"
+                  f" at k={m['k']}, per position {m['acceptance_per_position']}, projected "
+                  f"speedup {m['projected_speedup']}x (measured {m['measured_speedup']}x)")
     drafter = workdir / "drafter"
     if (drafter / "config.json").exists():
         print(f"drafter: {drafter}")

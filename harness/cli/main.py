@@ -22,12 +22,13 @@ from harness.cli import (
     session_cmds,
     todo_cmds,
     tui_cmd,
+    verify_cmds,
 )
 from harness.cli.common import CONTEXT_SETTINGS, close_harness, common_options
 from harness.errors import EXIT_INTERRUPTED, EXIT_USAGE, KNOWN_ERRORS, exit_code, render
 
 COMMAND_MODULES = [session_cmds, todo_cmds, agent_cmds, run_cmds, agent_io_cmds, replay_cmds,
-                   db_cmds, tui_cmd]
+                   db_cmds, verify_cmds, tui_cmd]
 
 
 @click.group(context_settings=CONTEXT_SETTINGS, invoke_without_command=True)

@@ -169,7 +169,9 @@ def test_full_pipeline_measures_speedup_and_stops_what_it_started(world, store: 
     # ... and it is a verification row with checks, metrics and the gate's numbers
     v = next(v for v in store.verifications(sid) if v.kind == "eagle3.benchmark")
     assert v.passed and v.gate == {"min_speedup_c1": 1.05, "min_acceptance_length": 1.5}
-    assert v.verdict.startswith("speedup_c1 ") and "meets >= 1.05" in v.verdict
+    # The benchmark's headline, then the gate's lines.
+    assert v.verdict.startswith("c=1: ") and "gate passed: speedup_c1 " in v.verdict
+    assert "meets >= 1.05" in v.verdict
     assert {c["name"] for c in v.checks} == {"requests_ok", "spec_decode_metrics",
                                             "spec_counters_consistent",
                                             "baseline_not_speculating"}
@@ -194,8 +196,9 @@ def test_slow_drafter_blocks_on_the_gate_and_a_rerun_restarts_the_servers(world,
     sid = r.sid
     t = todos(store, sid)["benchmark"]
     assert t.status == "blocked"
-    assert "gate failed: speedup_c1 0." in t.blocked_reason
-    assert "fails >= 1.05" in t.blocked_reason
+    # The benchmark's own headline numbers first, then what the gate needs.
+    assert "gate failed: c=1: 0." in t.blocked_reason
+    assert "gate needs speedup_c1 ≥ 1.05 (measured 0." in t.blocked_reason
     v = store.verifications(sid)[-1]
     assert not v.passed and v.metrics["speedup_c1"] < 1
     assert v.metrics["acceptance_length"] < 1.3

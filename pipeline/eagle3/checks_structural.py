@@ -1,0 +1,519 @@
+"""Structural checks of an EAGLE-3 drafter checkpoint against its verifier: seconds, no GPU.
+
+Each check is derived from an invariant a served drafter must hold, not from a list of
+faults seen before:
+
+- the config names a format vLLM loads and has the fields it reads (``architecture``,
+  ``required_fields``, ``config_consistent``);
+- sizes agree with the verifier: the target vocabulary and hidden size, a draft vocabulary
+  no larger than the target's, a drafter hidden size equal to the verifier's when it shares
+  the verifier's embeddings (``target_vocab``, ``draft_vocab_size``,
+  ``target_hidden_size``, ``hidden_size``);
+- aux layer ids exist in the verifier, one per ``fc`` input block (``aux_layer_ids``);
+- the weights are exactly the tensors this architecture has, each in the shape the config
+  and the verifier imply, in a float dtype, finite (``keys``, ``shapes``, ``dtype``,
+  ``finite``);
+- the vocabulary mapping: ``d2t`` int64 offsets with ``i + d2t[i]`` distinct target ids in
+  range, ``t2d`` bool with exactly ``draft_vocab_size`` True, and
+  ``arange(D) + d2t == t2d.nonzero()`` (``d2t``, ``d2t_offsets``, ``t2d``,
+  ``vocab_invariant``);
+- the drafter's lm_head row ``i`` scores target token ``i + d2t[i]``: where the head was
+  initialised from the verifier's, row ``i`` still resembles the verifier's row for that
+  token, and not another token's (``lm_head_rows``).
+
+Weights are read one tensor (or one block of rows) at a time; nothing holds the whole
+checkpoint. A check whose input is missing is skipped (named in ``skipped``) rather than
+reported as passing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeline.actions import Check
+from pipeline.eagle3.checkpoint_files import (
+    DrafterLayout,
+    VerifierInfo,
+    WeightSet,
+    default_aux_layers,
+    read_layout,
+    weight_files,
+)
+
+FLOAT_DTYPES = ("BF16", "F16", "F32")
+LAYER_TENSORS = ("input_layernorm.weight", "hidden_norm.weight",
+                 "post_attention_layernorm.weight", "self_attn.q_proj.weight",
+                 "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                 "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                 "mlp.down_proj.weight")
+# Exports may leave the embeddings out: vLLM then shares the verifier's.
+OPTIONAL = ("embed_tokens.weight",)
+# Rows of lm_head compared with the verifier's (all of them when the draft vocab is smaller).
+LM_HEAD_SAMPLE = 1024
+ROW_MATCH = 0.9   # cosine at or above: "the same row" (bf16 rounding leaves ~0.9999)
+
+
+@dataclass
+class StructuralReport:
+    checks: list[Check] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    layout: DrafterLayout | None = None
+    files: list[Path] = field(default_factory=list)
+
+    def add(self, name: str, passed: bool, value: Any = None, expected: Any = None,
+            message: str = "") -> Check:
+        c = Check(name=name, passed=bool(passed), value=value, expected=expected,
+                  message=message)
+        self.checks.append(c)
+        return c
+
+    def skip(self, name: str, why: str) -> None:
+        self.skipped.append(f"{name}: {why}")
+
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if not c.passed]
+
+
+def structural_checks(checkpoint: Path, verifier: VerifierInfo) -> StructuralReport:
+    """Every structural check of ``checkpoint`` (a directory) against ``verifier``.
+
+    Unreadable inputs (no config, no weights, a truncated file) raise ``ActionError``
+    naming the file; everything else is a check.
+    """
+    t0 = time.perf_counter()
+    rep = StructuralReport()
+    lay = read_layout(checkpoint)
+    rep.layout = lay
+    rep.files = weight_files(checkpoint)
+    _config_checks(rep, lay, verifier)
+    with WeightSet.open(rep.files) as ws:
+        rep.metrics["weight_bytes"] = ws.total_bytes
+        rep.metrics["tensors"] = len(ws.tensors)
+        expected = _expected_shapes(lay, verifier, ws)
+        _key_checks(rep, lay, ws, expected)
+        _shape_checks(rep, ws, expected)
+        _dtype_check(rep, ws)
+        _finite_check(rep, ws)
+        d2t = _mapping_checks(rep, lay, ws, verifier)
+        _lm_head_check(rep, lay, ws, verifier, d2t)
+    rep.metrics["structural_seconds"] = round(time.perf_counter() - t0, 3)
+    return rep
+
+
+# -- config ------------------------------------------------------------------------------
+
+def _config_checks(rep: StructuralReport, lay: DrafterLayout, v: VerifierInfo) -> None:
+    known = lay.fmt in ("eagle", "speculators", "checkpoint")
+    if lay.fmt == "speculators":
+        spec_type = lay.raw.get("speculators_model_type")
+        ok = spec_type == "eagle3" and lay.architectures[:1] == ["Eagle3Speculator"]
+        rep.add("architecture", ok, value={"architectures": lay.architectures,
+                                           "speculators_model_type": spec_type},
+                expected={"architectures": ["Eagle3Speculator"],
+                          "speculators_model_type": "eagle3"},
+                message="speculators format" if ok else
+                "a speculators-format EAGLE-3 drafter needs architectures "
+                "[\"Eagle3Speculator\"] and speculators_model_type \"eagle3\" in config.json")
+    else:
+        rep.add("architecture", known, value=lay.architectures,
+                expected=["LlamaForCausalLMEagle3"],
+                message=(f"{lay.fmt} format" + (" (not servable: export it with "
+                                                 "eagle3.export first)"
+                                                 if lay.fmt == "checkpoint" else ""))
+                if known else
+                f"vLLM does not load {lay.architectures or 'a config without architectures'}"
+                " as an EAGLE-3 drafter: set architectures to [\"LlamaForCausalLMEagle3\"] "
+                "(EAGLE style) or use the speculators format")
+    rep.metrics["format"] = lay.fmt
+
+    required = ["hidden_size", "intermediate_size", "num_attention_heads", "vocab_size",
+                "draft_vocab_size"]
+    if lay.fmt != "checkpoint":
+        required.append("num_hidden_layers")
+    missing = [f for f in required if getattr(lay, f) is None]
+    if lay.fmt == "speculators" and not isinstance(lay.raw.get("transformer_layer_config"),
+                                                   dict):
+        missing.insert(0, "transformer_layer_config")
+    where = "transformer_layer_config" if lay.fmt == "speculators" else "config.json"
+    rep.add("required_fields", not missing, value=missing, expected=[],
+            message=f"missing integer fields in {where}: {', '.join(missing)}" if missing
+            else "all fields vLLM reads are present")
+    notes = list(lay.problems)
+    if lay.num_hidden_layers not in (None, 1):
+        notes.append(f"num_hidden_layers is {lay.num_hidden_layers}; an EAGLE-3 drafter "
+                     "here has one decoder layer")
+    rep.add("config_consistent", not notes, value=notes or None,
+            message="; ".join(notes) if notes else "no contradictions in the config")
+
+    vocab, draft = lay.vocab_size, lay.draft_vocab_size
+    if vocab is not None:
+        rep.add("target_vocab", vocab == v.vocab_size, value=vocab, expected=v.vocab_size,
+                message="vocab_size equals the verifier's" if vocab == v.vocab_size else
+                f"vocab_size {vocab} is not the verifier's {v.vocab_size}: d2t/t2d and "
+                "embeddings would index another vocabulary; this drafter was built for "
+                "another verifier")
+    else:
+        rep.skip("target_vocab", "no vocab_size")
+    if draft is not None:
+        limit = min(x for x in (vocab, v.vocab_size) if x is not None)
+        ok = 1 <= draft <= limit
+        rep.add("draft_vocab_size", ok, value=draft, expected=f"1..{limit}",
+                message=f"{draft} draft ids of {limit}" if ok else
+                f"draft_vocab_size {draft} is larger than the target vocabulary ({limit}): "
+                "the draft vocabulary must be a subset of the verifier's; rebuild the "
+                "vocab mapping with --draft-vocab <= the target's")
+    else:
+        rep.skip("draft_vocab_size", "no draft_vocab_size")
+
+    target_hidden = lay.target_hidden_size or lay.hidden_size
+    if target_hidden is not None:
+        said = "target_hidden_size" if lay.target_hidden_size else "hidden_size (vLLM's " \
+                                                                   "fallback for target_hidden_size)"
+        rep.add("target_hidden_size", target_hidden == v.hidden_size, value=target_hidden,
+                expected=v.hidden_size,
+                message=f"{said} equals the verifier's hidden size"
+                if target_hidden == v.hidden_size else
+                f"{said} {target_hidden} is not the verifier's hidden size {v.hidden_size}: "
+                "fc could not take the verifier's aux states")
+    if lay.hidden_size is not None:
+        ok = lay.hidden_size == v.hidden_size
+        rep.add("hidden_size", ok, value=lay.hidden_size, expected=v.hidden_size,
+                message="equals the verifier's (the drafter shares its embeddings)" if ok
+                else f"hidden_size {lay.hidden_size} is not the verifier's "
+                     f"{v.hidden_size}: the drafter reads the verifier's embeddings, so "
+                     "they must match")
+
+    n = v.num_layers
+    aux = lay.aux_layer_ids
+    default = default_aux_layers(n)
+    if aux is None:
+        aux = default
+        lay.aux_layer_ids_source = "vLLM default"
+    rep.metrics["aux_layer_ids"] = aux
+    bad = [a for a in aux if not 0 <= a < n]
+    problems = []
+    if bad:
+        problems.append(f"ids {bad} are outside the verifier's layers 0..{n - 1}")
+    if len(set(aux)) != len(aux):
+        problems.append(f"repeated ids {aux}")
+    if lay.target_num_layers and lay.target_num_layers != n:
+        problems.append(f"trained for a {lay.target_num_layers}-layer verifier, this one has {n}")
+    convention = ("vLLM's default [2, N//2, N-3]" if aux == default else
+                  f"vLLM's default minus one {[a - 1 for a in default]}: SGLang/SpecForge "
+                  "count one lower than Hugging Face's output_hidden_states; if these ids "
+                  "came from such a config, add one (aux_layer_probe measures it)"
+                  if aux == [a - 1 for a in default] else "custom ids")
+    rep.add("aux_layer_ids", not problems, value=aux, expected=f"in 0..{n - 1}",
+            message="; ".join(problems) if problems else
+            f"{lay.aux_layer_ids_source}; id k = input of decoder layer k "
+            f"(HF output_hidden_states[k]); {convention}")
+
+
+# -- weights -----------------------------------------------------------------------------
+
+def _layer_prefix(lay: DrafterLayout, ws: WeightSet) -> str:
+    for p in lay.layer_prefixes:
+        if any(name.startswith(p) for name in ws.tensors):
+            return p
+    return lay.layer_prefixes[0]
+
+
+def _expected_shapes(lay: DrafterLayout, v: VerifierInfo, ws: WeightSet
+                     ) -> dict[str, list[int] | None]:
+    """name -> shape (None where the config cannot say)."""
+    h = lay.hidden_size
+    ht = lay.target_hidden_size or h
+    vocab = lay.vocab_size
+    d = lay.draft_vocab_size
+    heads, kv, hd = lay.num_attention_heads, lay.num_key_value_heads, lay.head_dim
+    inter = lay.intermediate_size
+    n_aux = len(lay.aux_layer_ids or default_aux_layers(v.num_layers))
+
+    def shape(*dims: int | None) -> list[int] | None:
+        return None if any(x is None for x in dims) else [int(x) for x in dims]  # type: ignore[arg-type]
+
+    q = None if heads is None or hd is None else heads * hd
+    kvd = None if kv is None or hd is None else kv * hd
+    layer = {
+        "input_layernorm.weight": shape(h), "hidden_norm.weight": shape(h),
+        "post_attention_layernorm.weight": shape(h),
+        "self_attn.q_proj.weight": shape(q, None if h is None else 2 * h),
+        "self_attn.k_proj.weight": shape(kvd, None if h is None else 2 * h),
+        "self_attn.v_proj.weight": shape(kvd, None if h is None else 2 * h),
+        "self_attn.o_proj.weight": shape(h, q),
+        "mlp.gate_proj.weight": shape(inter, h), "mlp.up_proj.weight": shape(inter, h),
+        "mlp.down_proj.weight": shape(h, inter)}
+    prefix = _layer_prefix(lay, ws)
+    out: dict[str, list[int] | None] = {prefix + k: s for k, s in layer.items()}
+    out.update({"fc.weight": shape(h, None if ht is None else n_aux * ht),
+                "norm.weight": shape(h), "lm_head.weight": shape(d, h), "d2t": shape(d),
+                "t2d": shape(vocab)})
+    out["embed_tokens.weight"] = shape(vocab, h)
+    return out
+
+
+def _key_checks(rep: StructuralReport, lay: DrafterLayout, ws: WeightSet,
+                expected: dict[str, list[int] | None]) -> None:
+    present = set(ws.tensors)
+    optional = set(OPTIONAL) if lay.fmt != "checkpoint" else set()
+    missing = sorted(set(expected) - present - optional)
+    allowed = set(expected)
+    unexpected = sorted(present - allowed)
+    msg = []
+    if missing:
+        msg.append(f"missing {', '.join(missing)}")
+    if unexpected:
+        msg.append(f"unexpected {', '.join(unexpected[:8])}"
+                   + (f" (+{len(unexpected) - 8} more)" if len(unexpected) > 8 else "")
+                   + " (vLLM fails on names it does not know, or ignores them)")
+    if ws.duplicates:
+        msg.append(f"in several shards: {', '.join(sorted(set(ws.duplicates)))}")
+    rep.add("keys", not msg, value={"missing": missing, "unexpected": unexpected},
+            expected=f"the {len(expected) - len(optional)} tensors of a one-layer EAGLE-3 "
+                     f"drafter ({_layer_prefix(lay, ws)}*)"
+                     + (", embed_tokens optional" if optional else ""),
+            message="; ".join(msg) if msg else "exactly the expected tensors")
+
+
+def _shape_checks(rep: StructuralReport, ws: WeightSet,
+                  expected: dict[str, list[int] | None]) -> None:
+    wrong = []
+    unknown = []
+    for name, shape in expected.items():
+        if name not in ws:
+            continue
+        if shape is None:
+            unknown.append(name)
+            continue
+        got = ws.tensors[name].shape
+        if got != shape:
+            note = " (transposed)" if len(got) == 2 and got == shape[::-1] else ""
+            wrong.append(f"{name} {got} != {shape}{note}")
+    msg = "; ".join(wrong) if wrong else "every tensor has the shape the config implies"
+    if unknown:
+        msg += f" (not checked for lack of config fields: {', '.join(unknown)})"
+    rep.add("shapes", not wrong, value=wrong or None, expected="shapes from config + verifier",
+            message=msg)
+
+
+def _dtype_check(rep: StructuralReport, ws: WeightSet) -> None:
+    floats = {n: t.dtype for n, t in ws.tensors.items() if n not in ("d2t", "t2d")}
+    kinds = sorted(set(floats.values()))
+    not_float = sorted(n for n, d in floats.items() if d not in FLOAT_DTYPES)
+    declared = (rep.layout.torch_dtype if rep.layout else None) or None
+    names = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+    problems = []
+    if not_float:
+        problems.append(f"not floating point: {', '.join(not_float)}")
+    if len(kinds) > 1:
+        problems.append(f"mixed float dtypes {kinds}")
+    if declared and len(kinds) == 1 and names.get(kinds[0]) not in (declared, None):
+        problems.append(f"config says torch_dtype {declared}, weights are {names[kinds[0]]}")
+    shown = [names.get(k, k) for k in kinds]
+    rep.metrics["dtype"] = shown[0] if len(shown) == 1 else shown
+    rep.add("dtype", not problems, value=shown, expected="one of bfloat16/float16/float32",
+            message="; ".join(problems) if problems else
+            f"all weights {shown[0] if shown else '-'} (d2t int64, t2d bool checked below)")
+
+
+def _nonfinite(t: torch.Tensor) -> int:
+    """Count of NaN/Inf entries. bf16/fp16 are tested on their bits (exponent all ones), a
+    pass over integers that is faster on the CPU than ``isfinite``."""
+    if t.dtype == torch.bfloat16:
+        return int(((t.view(torch.int16) & 0x7F80) == 0x7F80).sum())
+    if t.dtype == torch.float16:
+        return int(((t.view(torch.int16) & 0x7C00) == 0x7C00).sum())
+    if t.is_floating_point():
+        return int((~torch.isfinite(t)).sum())
+    return 0
+
+
+def _finite_check(rep: StructuralReport, ws: WeightSet) -> None:
+    bad: dict[str, int] = {}
+    for name, info in ws.tensors.items():
+        if info.dtype not in FLOAT_DTYPES:
+            continue
+        count = sum(_nonfinite(block) for block in ws.blocks(name))
+        if count:
+            bad[name] = count
+    rep.add("finite", not bad, value=bad or None, expected="no NaN/Inf",
+            message=("NaN/Inf in " + ", ".join(f"{n} ({c})" for n, c in bad.items())
+                     + ": the training diverged or the file was damaged; use an earlier "
+                       "checkpoint") if bad else "no NaN or Inf in any weight")
+
+
+# -- the vocabulary mapping ----------------------------------------------------------------
+
+def _mapping_checks(rep: StructuralReport, lay: DrafterLayout, ws: WeightSet,
+                    v: VerifierInfo) -> torch.Tensor | None:
+    vocab = v.vocab_size
+    draft = lay.draft_vocab_size
+    d2t = ws.get("d2t") if "d2t" in ws else None
+    t2d = ws.get("t2d") if "t2d" in ws else None
+    if d2t is None:
+        rep.add("d2t", False, value=None, expected=f"int64 [{draft}]",
+                message="no d2t tensor: vLLM silently uses the identity mapping (draft id i "
+                        "= target id i) and acceptance collapses; export the drafter with "
+                        "its d2t")
+    else:
+        problems = []
+        if d2t.dtype != torch.int64:
+            problems.append(f"dtype {str(d2t.dtype).removeprefix('torch.')}, not int64")
+        if d2t.dim() != 1 or (draft is not None and d2t.numel() != draft):
+            problems.append(f"shape {list(d2t.shape)}, not [{draft}]")
+        rep.add("d2t", not problems, value=f"{str(d2t.dtype).removeprefix('torch.')} "
+                                           f"{list(d2t.shape)}",
+                expected=f"int64 [{draft}]",
+                message="; ".join(problems) if problems else "present, int64, one per draft id")
+        if d2t.dim() == 1 and not d2t.is_floating_point():
+            d2t = d2t.long()
+            rep.add("d2t_offsets", *_offsets_verdict(d2t, t2d, vocab))
+        else:
+            rep.skip("d2t_offsets", "d2t is not a 1-D integer tensor")
+    if t2d is None:
+        rep.add("t2d", False, value=None, expected=f"bool [{vocab}] with {draft} True",
+                message="no t2d tensor: vLLM does not need it, but without it the mapping "
+                        "cannot be cross-checked; export it with the drafter")
+    else:
+        count = int(t2d.sum()) if t2d.dtype == torch.bool else None
+        problems = []
+        if t2d.dtype != torch.bool:
+            problems.append(f"dtype {str(t2d.dtype).removeprefix('torch.')}, not bool")
+        if list(t2d.shape) != [vocab]:
+            problems.append(f"shape {list(t2d.shape)}, not [{vocab}]")
+        if count is not None and draft is not None and count != draft:
+            problems.append(f"{count} True entries for a draft vocab of {draft}")
+        rep.add("t2d", not problems, value={"dtype": str(t2d.dtype).removeprefix("torch."),
+                                            "true": count},
+                expected={"dtype": "bool", "true": draft},
+                message="; ".join(problems) if problems else
+                f"bool, exactly {draft} target ids marked")
+    if d2t is not None and t2d is not None and d2t.dim() == 1 and t2d.dim() == 1 \
+            and not d2t.is_floating_point():
+        ids = torch.arange(d2t.numel()) + d2t.long()
+        marked = t2d.bool().nonzero().flatten()
+        ok = torch.equal(ids, marked)
+        diff = int((ids[: marked.numel()] != marked[: ids.numel()]).sum()) \
+            if ids.numel() and marked.numel() else max(ids.numel(), marked.numel())
+        rep.add("vocab_invariant", ok, value=None if ok else f"{diff} positions differ"
+                + ("" if ids.numel() == marked.numel() else
+                   f", {ids.numel()} draft ids vs {marked.numel()} marked"),
+                expected="arange(D) + d2t == t2d.nonzero()",
+                message="d2t and t2d describe the same draft vocabulary" if ok else
+                "d2t and t2d disagree: one of them is stale (rebuild both from one vocab "
+                "file, or export again)")
+    else:
+        rep.skip("vocab_invariant", "needs both d2t and t2d")
+    return d2t
+
+
+def _offsets_verdict(d2t: torch.Tensor, t2d: torch.Tensor | None, vocab: int
+                     ) -> tuple[bool, Any, Any, str]:
+    """(passed, value, expected, message) for ``d2t`` read as offsets.
+
+    Offsets give target ids ``i + d2t[i]`` that are distinct and inside the vocabulary.
+    A ``d2t`` that is itself a set of distinct in-range ids, and is what ``t2d`` marks (or
+    whose offsets would not be valid ids), was written as absolute ids.
+    """
+    ids = torch.arange(d2t.numel()) + d2t
+    in_range = bool(((ids >= 0) & (ids < vocab)).all())
+    distinct = ids.unique().numel() == ids.numel()
+    value = {"min_id": int(ids.min()), "max_id": int(ids.max()), "distinct": distinct}
+    expected = f"distinct ids in 0..{vocab - 1}"
+    id_like = d2t.numel() > 1 and bool(((d2t >= 0) & (d2t < vocab)).all()) and \
+        d2t.unique().numel() == d2t.numel()
+    marked = t2d.bool().nonzero().flatten() if t2d is not None and t2d.dim() == 1 else None
+    absolute = id_like and not torch.equal(ids, d2t) and (
+        (marked is not None and torch.equal(marked, d2t) and not torch.equal(marked, ids))
+        or not (in_range and distinct))
+    if absolute:
+        return (False, value, expected,
+                "d2t holds absolute target ids, not offsets (vLLM computes i + d2t[i], "
+                f"which gives ids up to {int(ids.max())}): store d2t[i] = target_id - i")
+    if in_range and distinct:
+        return True, value, expected, f"target ids i + d2t[i] are distinct and in 0..{vocab - 1}"
+    why = [] if in_range else [f"ids outside 0..{vocab - 1}"]
+    why += [] if distinct else ["repeated target ids"]
+    return (False, value, expected,
+            f"i + d2t[i] gives {' and '.join(why)}: d2t is not a mapping into this "
+            "verifier's vocabulary")
+
+
+def _lm_head_check(rep: StructuralReport, lay: DrafterLayout, ws: WeightSet,
+                   v: VerifierInfo, d2t: torch.Tensor | None) -> None:
+    name = "lm_head.weight"
+    if name not in ws or d2t is None or d2t.dim() != 1 or d2t.is_floating_point():
+        rep.skip("lm_head_rows", "needs lm_head.weight and an integer d2t")
+        return
+    info = ws.tensors[name]
+    if len(info.shape) != 2 or info.shape[0] != d2t.numel() or info.shape[1] != v.hidden_size:
+        rep.skip("lm_head_rows", f"lm_head {info.shape} cannot be compared with the "
+                                 f"verifier's rows (hidden {v.hidden_size})")
+        return
+    ids = torch.arange(d2t.numel()) + d2t.long()
+    if not bool(((ids >= 0) & (ids < v.vocab_size)).all()):
+        rep.skip("lm_head_rows", "d2t maps outside the vocabulary")
+        return
+    vws, head = v.head_weights()
+    with vws:
+        rows = _sample_rows(d2t.numel())
+        draft_rows = torch.stack([ws.rows(name, r, r + 1)[0] for r in rows]).float()
+        mapped = torch.stack([vws.rows(head, int(ids[r]), int(ids[r]) + 1)[0]
+                              for r in rows]).float()
+        cos = torch.nn.functional.cosine_similarity(draft_rows, mapped, dim=-1)
+        at_mapped = float((cos >= ROW_MATCH).float().mean())
+        median = float(cos.median())
+        rep.metrics["lm_head_rows_match"] = round(at_mapped, 4)
+        if at_mapped >= 0.99:
+            rep.add("lm_head_rows", True, value=round(at_mapped, 4), expected=">= 0.99",
+                    message=f"{at_mapped:.0%} of {len(rows)} sampled rows equal the "
+                            "verifier's rows at i + d2t[i] (median cosine "
+                            f"{median:.4f})")
+            return
+        # Rows that do not match their mapped token: do they match another token's row?
+        # That is a stale mapping (warm start, permuted rows), not an independent head.
+        odd = [i for i, c in enumerate(cos.tolist()) if c < ROW_MATCH][:64]
+        elsewhere = _best_elsewhere(vws, head, v.vocab_size, draft_rows[odd])
+        stale = float((elsewhere >= ROW_MATCH).float().mean()) if odd else 0.0
+        rep.metrics["lm_head_rows_elsewhere"] = round(stale, 4)
+        if at_mapped < 0.5 and stale < 0.5:
+            rep.add("lm_head_rows", True, value=round(at_mapped, 4),
+                    message=f"the head was not initialised from the verifier's rows "
+                            f"(median cosine {median:.3f}, and unmatched rows resemble no "
+                            "other verifier row): the mapping cannot be checked this way; "
+                            "the functional checks decide")
+            return
+        rep.add("lm_head_rows", False, value=round(at_mapped, 4), expected=">= 0.99",
+                message=f"only {at_mapped:.0%} of {len(rows)} sampled rows equal the "
+                        f"verifier's rows at i + d2t[i]; {stale:.0%} of the others equal "
+                        "the verifier's row of a different token: lm_head and d2t come "
+                        "from different vocab mappings (a warm start that changed the "
+                        "vocab?); keep the drafter's own d2t/t2d, or rebuild lm_head "
+                        "from the verifier for this d2t")
+
+
+def _sample_rows(n: int) -> list[int]:
+    if n <= LM_HEAD_SAMPLE:
+        return list(range(n))
+    g = torch.Generator().manual_seed(0)
+    return sorted(torch.randperm(n, generator=g)[:LM_HEAD_SAMPLE].tolist())
+
+
+def _best_elsewhere(vws: WeightSet, head: str, vocab: int, rows: torch.Tensor,
+                    block: int = 2048) -> torch.Tensor:
+    """For each row, its best cosine against every verifier lm_head row (streamed)."""
+    if rows.numel() == 0:
+        return torch.zeros(0)
+    q = torch.nn.functional.normalize(rows, dim=-1)
+    best = torch.full((rows.shape[0],), -1.0)
+    for start in range(0, vocab, block):
+        w = torch.nn.functional.normalize(vws.rows(head, start, min(start + block, vocab))
+                                          .float(), dim=-1)
+        best = torch.maximum(best, (q @ w.T).max(-1).values)
+    return best
