@@ -21,6 +21,7 @@ from textual.widget import Widget
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from harness.gates import gate_items
 from state.fold import VerificationState
 from tui.text import block, clock, line, number
 
@@ -45,23 +46,28 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> Text:
 
 
 def gate_rows(gate: dict[str, Any], metrics: dict[str, Any]) -> list[tuple[Text, Text]]:
-    """Each threshold with the measured value it was compared with, when there is one."""
+    """Each threshold with the measured value it was compared with, judged as the runner
+    judges it (:func:`harness.gates.gate_items`)."""
+    known = dict(metrics)
+    for name, alias in _METRIC_ALIASES.items():
+        if name not in known and alias in known:
+            known[name] = known[alias]
     rows = []
-    for key, threshold in gate.items():
-        name = key[4:] if key.startswith(("min_", "max_")) else key
-        measured = metrics.get(name, metrics.get(_METRIC_ALIASES.get(name, "")))
-        label = line(key, 32)
+    for item in gate_items(gate, known):
         value = Text()
-        if isinstance(threshold, (int, float)) and isinstance(measured, (int, float)) \
-                and key.startswith(("min_", "max_")):
-            ok = measured >= threshold if key.startswith("min_") else measured <= threshold
-            value.append("✓ " if ok else "✗ ", style="bold green" if ok else "bold red")
-            value.append(f"{number(measured)}, needs {'≥' if key.startswith('min_') else '≤'} "
-                         f"{number(threshold)}")
+        if item.value is None:
+            value.append(_shown(item.threshold))
         else:
-            value.append(number(threshold))
-        rows.append((label, value))
+            value.append("✓ " if item.passed else "✗ ",
+                         style="bold green" if item.passed else "bold red")
+            value.append(f"{item.where}{_shown(item.value)}, needs "
+                         f"{'≥' if item.op == '>=' else '≤'} {_shown(item.limit)}")
+        rows.append((line(item.key, 32), value))
     return rows
+
+
+def _shown(x: Any) -> str:
+    return ", ".join(number(v) for v in x) if isinstance(x, list) else number(x)
 
 
 def attempt_label(v: VerificationState) -> Text:
