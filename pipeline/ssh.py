@@ -34,6 +34,21 @@ T = TypeVar("T")
 _DROPS = (paramiko.SSHException, EOFError, OSError, ThreadException)
 
 
+def _still_up(conn: Connection) -> bool:
+    """Is the link really alive after a failure on it? Right after the server goes away,
+    paramiko may still call the transport active for a moment: prod it, give its reader a
+    moment to notice, then ask. A drop taken for a command error would not be retried."""
+    transport = conn.transport
+    if transport is None or not transport.is_active():
+        return False
+    try:
+        transport.send_ignore()
+    except _DROPS:
+        return False
+    time.sleep(0.1)
+    return transport.is_active()
+
+
 class _UnknownHostKey(paramiko.SSHException):
     pass
 
@@ -131,7 +146,7 @@ class SSHExecutor(Executor):
                 try:
                     return self._connection().sftp().normalize(".")
                 except _DROPS as exc:
-                    if self._conn is not None and self._conn.is_connected:
+                    if self._conn is not None and _still_up(self._conn):
                         raise ExecutorError(f"cannot find the home directory: {exc}",
                                             where=self.host.name) from None
                     raise self._lost(exc) from None
@@ -149,11 +164,11 @@ class SSHExecutor(Executor):
                                  result=Result("(harness script)", -1, exc.result.stdout,
                                                exc.result.stderr)) from None
         except _DROPS as exc:
-            if conn.is_connected:
+            if _still_up(conn):
                 raise ExecutorError(f"ssh command failed: {exc}", where=self.host.name) from None
             raise self._lost(exc) from None
         # paramiko reports -1 when the channel closed without an exit status: a dropped link.
-        if r.exited == -1 and not conn.is_connected:
+        if r.exited == -1 and not _still_up(conn):
             raise self._lost(EOFError("channel closed without an exit status"))
         return r.exited, r.stdout, r.stderr
 
@@ -166,7 +181,7 @@ class SSHExecutor(Executor):
         except FileNotFoundError:
             raise
         except _DROPS as exc:
-            if conn.is_connected:
+            if _still_up(conn):
                 raise ExecutorError(f"cannot read {path}: {exc}", where=self.host.name) from None
             raise self._lost(exc) from None
 
@@ -177,7 +192,7 @@ class SSHExecutor(Executor):
         try:
             conn.put(str(local), target)
         except _DROPS as exc:
-            if conn.is_connected:
+            if _still_up(conn):
                 raise ExecutorError(f"cannot put {local} to {target}: {exc}",
                                     where=self.host.name) from None
             raise self._lost(exc) from None
@@ -190,7 +205,7 @@ class SSHExecutor(Executor):
         try:
             conn.get(source, str(local))
         except _DROPS as exc:
-            if conn.is_connected:
+            if _still_up(conn):
                 raise ExecutorError(f"cannot get {source}: {exc}", where=self.host.name) from None
             raise self._lost(exc) from None
         return Path(local)
