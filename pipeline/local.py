@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from invoke import Context
+from invoke import Config, Context, Local
 from invoke.exceptions import CommandTimedOut
 
 from pipeline.errors import CommandTimeout, ExecutorError
@@ -16,10 +16,21 @@ from pipeline.spec import HostSpec
 __all__ = ["LocalExecutor"]
 
 
+class _InterruptibleLocal(Local):
+    """invoke's own runner answers Ctrl-C by writing ``\\x03`` to the child's stdin and
+    waiting on, so the KeyboardInterrupt is gone once a command that reads no stdin ends: a
+    Ctrl-C'd ``harness run`` went on watching its stage. The harness's scripts are short
+    and read nothing, so the interrupt is raised here (as fabric's runner does without a
+    pty); the script itself runs to its end."""
+
+    def send_interrupt(self, interrupt: KeyboardInterrupt) -> None:
+        raise interrupt
+
+
 class LocalExecutor(Executor):
     def __init__(self, host: HostSpec | None = None):
         super().__init__(host or HostSpec())
-        self._context = Context()
+        self._context = Context(Config(overrides={"runners": {"local": _InterruptibleLocal}}))
 
     @property
     def workdir(self) -> str:

@@ -55,6 +55,7 @@ from state.fold import (
     VerificationState,
     apply,
 )
+from state.interrupts import InterruptGate
 from state.models import (
     ALL_TABLES,
     ArtifactRow,
@@ -754,6 +755,11 @@ class Store:
 
     def _release(self, raw: Any, kept: bool, broken: bool) -> None:
         if not kept:
+            if broken:
+                try:
+                    raw.invalidate()
+                except Exception:
+                    pass
             raw.close()
             return
         if broken:
@@ -797,29 +803,52 @@ class Store:
     @contextmanager
     def _locked(self) -> Iterator[Any]:
         """A DB-API cursor in a transaction that holds the store's write lock from its
-        first statement. Commits on a normal exit, rolls back on any exception."""
+        first statement. Commits on a normal exit, rolls back on any exception.
+
+        Ctrl-C is held off while the lock is taken and given back (:mod:`state.interrupts`)
+        and delivered inside the block that rolls back; a connection left with neither
+        COMMIT nor ROLLBACK run is discarded, never reused with its transaction open."""
+        gate = InterruptGate()
         with self._errors():
-            raw, kept, cur = self._begin_write()
-            broken = False
             try:
-                sqlite = self.dialect == "sqlite"
+                gate.close()
+                raw, kept, cur = self._begin_write()
+                broken, ended = False, False
                 try:
-                    yield cur
-                except BaseException:
-                    if sqlite:
-                        cur.execute("ROLLBACK")
-                    else:
-                        raw.rollback()
+                    try:
+                        gate.open()
+                        yield cur
+                    except BaseException:
+                        gate.close()
+                        try:
+                            self._end(raw, cur, commit=False)
+                            ended = True
+                        except self._dbapi_error:
+                            # The body's exception is the news; a connection that cannot
+                            # roll back (psycopg interrupted mid-query) is dropped, and the
+                            # server ends its transaction.
+                            broken = True
+                        raise
+                    gate.close()
+                    self._end(raw, cur, commit=True)
+                    ended = True
+                except self._dbapi_error:
+                    broken = True
                     raise
-                if sqlite:
-                    cur.execute("COMMIT")
-                else:
-                    raw.commit()
-            except self._dbapi_error:
-                broken = True
+                finally:
+                    self._release(raw, kept, broken or not ended)
+            except BaseException:
+                gate.discard()
                 raise
-            finally:
-                self._release(raw, kept, broken)
+            gate.open()
+
+    def _end(self, raw: Any, cur: Any, *, commit: bool) -> None:
+        if self.dialect == "sqlite":  # the transaction was begun by hand: end it by hand
+            cur.execute("COMMIT" if commit else "ROLLBACK")
+        elif commit:
+            raw.commit()
+        else:
+            raw.rollback()
 
     @contextmanager
     def write(self, session_id: int, actor: str, *, ref: str | None = None) -> Iterator[Tx]:

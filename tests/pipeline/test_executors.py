@@ -177,3 +177,20 @@ def test_read_bytes_and_missing_files(executor: Executor) -> None:
         executor.read_bytes("absent.json")
     ghost = JobHandle("ghost", "h", f"{executor.workdir}/.harness/runs/ghost", None, "")
     assert executor.tail(ghost, 0) == (b"", 0)
+
+
+def test_ctrl_c_during_a_command_reaches_the_caller(executor: Executor) -> None:
+    # invoke's local runner used to turn Ctrl-C into "\x03" on the child's stdin and wait
+    # on, so the interrupt vanished and a Ctrl-C'd `harness run` watched its stage to the end.
+    import threading
+    import time
+
+    reached = []
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    with pytest.raises(KeyboardInterrupt):
+        timer.start()
+        executor.run(["sh", "-c", "sleep 1; echo done"])
+        reached.append("returned")
+        time.sleep(3)  # a lost interrupt would not come back: fail, not hang
+    timer.cancel()
+    assert reached == []

@@ -312,7 +312,8 @@ def test_ctrl_c_on_harness_run_stops_the_servers(world, tmp_path: Path,
         serve("serve_spec", w, w.spec_port, extra=("--fake-step-ms", "40")),
         bench(w, ["serve_spec"], baseline=False, concurrency=[1], requests=200),
     ])
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_DB": str(db_path)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_DB": str(db_path),
+           "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--quiet", str(spec)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -324,7 +325,12 @@ def test_ctrl_c_on_harness_run_stops_the_servers(world, tmp_path: Path,
             assert proc.poll() is None and time.monotonic() < end, proc.communicate()
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack
+            out, err = proc.communicate(timeout=30)
+            pytest.fail(f"harness run ignored Ctrl-C for 60 s; it was here:\n{err[-6000:]}")
         assert proc.returncode == 130, err
         assert "servers that stages started were stopped" in err
         assert "[services] r1 (serve_spec) server" in out and ": terminated" in out
