@@ -219,9 +219,8 @@ def train_flops_per_token(cfg, steps: int, seq: int) -> float:
     return 3 * (fc + steps * (layer + attn)) + steps * 2 * head + head
 
 
-def make_train_step(tiny: bool, steps: int, batch: int, seq: int, device, attn: str,
-                    compile_loss_on: bool, blocks: bool = False, ddp: bool = False):
-    from pipeline.eagle3 import ttt
+def make_drafter(tiny: bool, device):
+    """A drafter at the bench shape with seeded random weights and a random draft vocab."""
     from pipeline.eagle3.drafter import Eagle3Drafter
 
     draft_vocab = 256 if tiny else 32000
@@ -234,7 +233,15 @@ def make_train_step(tiny: bool, steps: int, batch: int, seq: int, device, attn: 
         drafter.t2d[ids] = True
         drafter.lm_head.weight.normal_(0, 0.02)
         drafter.embed_tokens.weight.normal_(0, 0.02)
-    drafter.to(device)
+    return drafter.to(device)
+
+
+def make_train_step(tiny: bool, steps: int, batch: int, seq: int, device, attn: str,
+                    compile_loss_on: bool, blocks: bool = False, ddp: bool = False):
+    from pipeline.eagle3 import ttt
+
+    drafter = make_drafter(tiny, device)
+    cfg, draft_vocab = drafter.config, drafter.config.draft_vocab_size
     ttt.compile_loss(compile_loss_on)
     if blocks:
         drafter.compile_blocks()
