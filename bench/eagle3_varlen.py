@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--variants", default="0,1,2,3", help="indexes into the variant list")
     p.add_argument("--warmup", type=int, default=None,
-                   help="steps of the default variant run first and not reported "
+                   help="steps of the plain variant run first and not reported "
                         "(default: all of them)")
     args = p.parse_args(argv)
     tiny = args.tiny or not torch.cuda.is_available()
@@ -171,7 +171,7 @@ def main(argv=None) -> int:
         rows.append((label, r, ""))
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    print("| variant | wall s (all steps) | steady tok/s | × default | graphs | recompile "
+    print("| variant | wall s (all steps) | steady tok/s | × plain | graphs | recompile "
           "limit hit | loss step 1 | rel. gap step 1 | max rel. gap |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, r, note in rows:
