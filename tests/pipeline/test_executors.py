@@ -194,3 +194,5 @@ def test_ctrl_c_during_a_command_reaches_the_caller(executor: Executor) -> None:
         time.sleep(3)  # a lost interrupt would not come back: fail, not hang
     timer.cancel()
     assert reached == []
+    # The harness goes on to use the same executor (stopping servers, recording the end).
+    assert executor.run(["echo", "again"]).stdout == "again\n"
