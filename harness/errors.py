@@ -8,6 +8,7 @@ The tree, drawn once::
     │   └── PayloadTooLarge       an agent payload over the size limit
     ├── NoSession                 no such session
     └── Interrupted               exit 130
+        └── Terminated            exit 143: SIGTERM during `harness run`
 
 The state and pipeline layers have their own roots (``state.errors.StoreError``,
 ``pipeline.errors.PipelineError``) with the same fields, because they may not import us.
@@ -25,6 +26,7 @@ EXIT_USAGE = 2
 EXIT_CONNECTION = 3
 EXIT_TIMEOUT = 4
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 
 class HarnessError(Exception):
@@ -59,6 +61,10 @@ class NoSession(HarnessError):
 
 class Interrupted(HarnessError):
     exit_code = EXIT_INTERRUPTED
+
+
+class Terminated(Interrupted):
+    exit_code = EXIT_TERMINATED
 
 
 KNOWN_ERRORS = (HarnessError, StoreError, PipelineError)

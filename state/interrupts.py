@@ -10,14 +10,16 @@ runs the same loop).
 
 :class:`InterruptGate` defers SIGINT while closed and delivers it where the caller opens
 the gate, inside the block that cleans up. Only the main thread with Python's own SIGINT
-handler is touched: other threads never see KeyboardInterrupt, and a program that
-installed its own handler keeps it.
+handler (or SIGTERM with :func:`sigterm_raises`'s) is touched: other threads never see
+KeyboardInterrupt, and a program that installed its own handler keeps it.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 try:
@@ -27,45 +29,79 @@ try:
 except ImportError:  # pragma: no cover - another interpreter
     _raw = signal  # type: ignore[no-redef]
 
-__all__ = ["InterruptGate"]
+__all__ = ["InterruptGate", "TerminateRequested", "sigterm_raises"]
 
 _SIGINT = int(signal.SIGINT)
+_SIGTERM = int(signal.SIGTERM)
 _DEFAULT = signal.default_int_handler
 
 
+class TerminateRequested(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be (inside :func:`sigterm_raises`), so one
+    cleanup path serves both: ``kill`` or ``timeout`` on a ``harness run`` stops its servers
+    as Ctrl-C does, instead of leaving them on the GPU."""
+
+
+def _raise_terminate(signum: int, frame: FrameType | None) -> None:
+    raise TerminateRequested
+
+
+_RAISING = (_DEFAULT, _raise_terminate)
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Within: SIGTERM raises :class:`TerminateRequested` (main thread; elsewhere a no-op)."""
+    if threading.get_ident() != threading.main_thread().ident:
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class InterruptGate:
-    """Closed: a SIGINT is recorded, not raised. :meth:`open` raises the recorded one."""
+    """Closed: SIGINT (and SIGTERM inside :func:`sigterm_raises`) is recorded, not raised.
+    :meth:`open` raises the recorded one."""
 
     def __init__(self) -> None:
-        self._pending = False
-        self._installed = False
+        self._pending: int | None = None
+        self._saved: list[tuple[int, object]] | None = None
 
     def _defer(self, signum: int, frame: FrameType | None) -> None:
-        self._pending = True
+        if self._pending is None:
+            self._pending = signum
 
     def close(self) -> None:
-        if self._installed or threading.get_ident() != threading.main_thread().ident:
+        if self._saved is not None or threading.get_ident() != threading.main_thread().ident:
             return
-        if _raw.getsignal(_SIGINT) is not _DEFAULT:
+        saved = [(signum, handler) for signum in (_SIGINT, _SIGTERM)
+                 if (handler := _raw.getsignal(signum)) in _RAISING]
+        if not saved:
             return
-        _raw.signal(_SIGINT, self._defer)
-        self._installed = True
+        for signum, _ in saved:
+            _raw.signal(signum, self._defer)
+        self._saved = saved
 
     def open(self) -> None:
-        """Give SIGINT back to Python; raise KeyboardInterrupt if one came meanwhile."""
-        if not self._installed:
+        """Give the signals back; raise what one that came meanwhile would have raised."""
+        saved = self._saved
+        if saved is None:
             return
-        # An interrupt arriving anywhere in here is raised: through the flag while _defer
-        # is installed, by Python's own handler after.
-        self._installed = False
-        _raw.signal(_SIGINT, _DEFAULT)
-        if self._pending:
-            self._pending = False
-            raise KeyboardInterrupt
+        # A signal arriving anywhere in here is raised: through _pending while _defer is
+        # installed, by its own handler after.
+        self._saved = None
+        for signum, handler in saved:
+            _raw.signal(signum, handler)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            dict(saved)[pending](pending, None)  # type: ignore[operator]
 
     def discard(self) -> None:
-        """Give SIGINT back, dropping a recorded one (an exception is already on its way)."""
-        self._pending = False
-        if self._installed:
-            self._installed = False
-            _raw.signal(_SIGINT, _DEFAULT)
+        """Give the signals back, dropping a recorded one (an exception is on its way)."""
+        self._pending = None
+        saved, self._saved = self._saved, None
+        for signum, handler in saved or ():
+            _raw.signal(signum, handler)

@@ -11,21 +11,25 @@ import sys
 import threading
 from pathlib import Path
 
-from state.interrupts import InterruptGate
+import pytest
+
+from state.interrupts import InterruptGate, TerminateRequested, sigterm_raises
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "data" / "interrupt_writes.py"
 
 
-def test_ctrl_c_during_writes_never_leaves_the_lock_taken(db_url: str) -> None:
+@pytest.mark.parametrize("sig,trials", [("INT", 150), ("TERM", 60)])
+def test_ctrl_c_during_writes_never_leaves_the_lock_taken(db_url: str, sig: str,
+                                                          trials: int) -> None:
     # Before the gate, about one trial in ten leaked the writer lock and the next write
     # waited out the busy timeout; 150 trials made a miss all but certain.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_BUSY_TIMEOUT_MS": "300"}
-    proc = subprocess.run([sys.executable, str(CHILD), db_url, "150"], env=env,
+    proc = subprocess.run([sys.executable, str(CHILD), db_url, str(trials), sig], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.splitlines()[-1])
-    assert report["interrupted"] == 150
+    assert report["interrupted"] == trials
     assert report["failures"] == []
     assert report["miscounted"] == []
 
@@ -72,3 +76,14 @@ def test_gate_leaves_other_handlers_and_threads_alone() -> None:
     t.start()
     t.join()
     assert in_thread == [signal.default_int_handler]
+
+
+def test_gate_defers_sigterm_where_it_raises() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with sigterm_raises():
+        gate = InterruptGate()
+        gate.close()
+        os.kill(os.getpid(), signal.SIGTERM)
+        with pytest.raises(TerminateRequested):
+            gate.open()
+    assert signal.getsignal(signal.SIGTERM) is before

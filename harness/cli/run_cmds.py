@@ -8,13 +8,14 @@ from pathlib import Path
 import click
 
 from harness.cli.common import common_options, emit_json, harness, json_option
-from harness.errors import EXIT_ERROR, Interrupted, UsageError
+from harness.errors import EXIT_ERROR, Interrupted, Terminated, UsageError
 from harness.render import safe_line
 from harness.runner import Runner, cancel_run, stage_status
 from pipeline.params import check_params
 from pipeline.redact import redact_text
 from pipeline.spec import load_spec
 from state.fold import RUN_FINAL
+from state.interrupts import TerminateRequested, sigterm_raises
 
 SPEC = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -66,6 +67,8 @@ def run_cmd(spec_path: Path, only: str | None, until: str | None, overrides: tup
     pass (else blocked with the measured reason).
 
     Re-running resumes: finished stages are skipped, jobs left running are re-attached.
+    Ctrl-C (exit 130) or SIGTERM (exit 143) stops watching: jobs keep running on their
+    hosts, servers that stages started are stopped.
     """
     spec = load_spec(spec_path)
     check_params(spec, str(spec_path))
@@ -82,12 +85,15 @@ def run_cmd(spec_path: Path, only: str | None, until: str | None, overrides: tup
     sess = h.session(create=True)
     runner = Runner(h.store, sess.id, spec, only=only, until=until,
                     host_overrides=host_overrides, out=click.echo, show_logs=not quiet)
+    after = ("jobs keep running on their hosts (servers that stages started were stopped): "
+             "run again to re-attach, or `harness cancel RUN` to stop one")
     try:
-        report = runner.run()
+        with sigterm_raises():
+            report = runner.run()
+    except TerminateRequested:
+        raise Terminated(f"terminated (SIGTERM): stopped watching; {after}") from None
     except KeyboardInterrupt:
-        raise Interrupted("stopped watching; jobs keep running on their hosts (servers that "
-                          "stages started were stopped): run again to re-attach, or "
-                          "`harness cancel RUN` to stop one") from None
+        raise Interrupted(f"stopped watching; {after}") from None
     if not report.ok:
         raise click.exceptions.Exit(EXIT_ERROR)
 

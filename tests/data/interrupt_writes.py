@@ -1,6 +1,9 @@
-"""Child process for tests/test_interrupts.py: Ctrl-C (a real SIGINT) lands at a random
-moment of a loop of store writes, TRIALS times; after each, one more write must succeed
-at once. Prints one JSON line of what happened."""
+"""Child process for tests/test_interrupts.py: Ctrl-C (a real SIGINT; or SIGTERM inside
+``sigterm_raises``, as ``harness run`` has it) lands at a random moment of a loop of store
+writes, TRIALS times; after each, one more write must succeed at once. Prints one JSON
+line of what happened.
+
+    python interrupt_writes.py URL TRIALS [INT|TERM]"""
 
 import json
 import os
@@ -11,9 +14,14 @@ import threading
 import time
 
 from state.errors import StoreError
+from state.interrupts import TerminateRequested, sigterm_raises
 from state.store import Store
 
 url, trials = sys.argv[1], int(sys.argv[2])
+signum = signal.SIGTERM if sys.argv[3:] == ["TERM"] else signal.SIGINT
+expected = TerminateRequested if signum == signal.SIGTERM else KeyboardInterrupt
+term = sigterm_raises()  # kept: a collected generator would restore the handler
+term.__enter__()  # for the whole process; a no-op for SIGINT runs
 store = Store.open(url)
 failures: list[str] = []
 miscounted: list[str] = []
@@ -22,14 +30,14 @@ for trial in range(trials):
     sid = store.create_session(f"t{trial}", actor="test")
     with store.write(sid, "test") as tx:
         tx.create_todo("target")
-    threading.Timer(random.uniform(0.002, 0.03), os.kill, (os.getpid(), signal.SIGINT)).start()
+    threading.Timer(random.uniform(0.002, 0.03), os.kill, (os.getpid(), signum)).start()
     done = 0
     try:
         while True:
             with store.write(sid, "test") as tx:
                 tx.emit("todo.noted", todo_id=1, payload={"text": str(done)})
             done += 1
-    except KeyboardInterrupt:
+    except expected:
         interrupted += 1
     start = time.monotonic()
     try:

@@ -305,8 +305,10 @@ def test_benchmark_interrupted_halfway_keeps_its_figures_and_stops_servers(
     assert wait_gone(w.spec_port) == []
 
 
-def test_ctrl_c_on_harness_run_stops_the_servers(world, tmp_path: Path,
-                                                 db_path: Path) -> None:
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_on_harness_run_stops_the_servers(world, tmp_path: Path, db_path: Path,
+                                                 signum: int, code: int) -> None:
     w = world
     spec = write_spec(w.tmp / "serve.yaml", w.hosts, [
         serve("serve_spec", w, w.spec_port, extra=("--fake-step-ms", "40")),
@@ -324,15 +326,17 @@ def test_ctrl_c_on_harness_run_stops_the_servers(world, tmp_path: Path,
                       for r in store.runs()):
             assert proc.poll() is None and time.monotonic() < end, proc.communicate()
             time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         try:
             out, err = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack
             out, err = proc.communicate(timeout=30)
-            pytest.fail(f"harness run ignored Ctrl-C for 60 s; it was here:\n{err[-6000:]}")
-        assert proc.returncode == 130, err
+            pytest.fail(f"harness run ignored signal {signum} for 60 s; it was here:\n"
+                        f"{err[-6000:]}")
+        assert proc.returncode == code, err
         assert "servers that stages started were stopped" in err
+        assert ("terminated (SIGTERM)" in err) == (signum == signal.SIGTERM)
         assert "[services] r1 (serve_spec) server" in out and ": terminated" in out
         assert wait_gone(w.spec_port) == []
         serve_run = next(r for r in store.runs() if r.stage == "serve_spec")
