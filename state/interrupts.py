@@ -81,9 +81,11 @@ class InterruptGate:
                  if (handler := _raw.getsignal(signum)) in _RAISING]
         if not saved:
             return
+        # Recorded before the swap: a SIGTERM raised between the two swaps must still find
+        # SIGINT's handler here to be given back.
+        self._saved = saved
         for signum, _ in saved:
             _raw.signal(signum, self._defer)
-        self._saved = saved
 
     def open(self) -> None:
         """Give the signals back; raise what one that came meanwhile would have raised."""
@@ -93,8 +95,7 @@ class InterruptGate:
         # A signal arriving anywhere in here is raised: through _pending while _defer is
         # installed, by its own handler after.
         self._saved = None
-        for signum, handler in saved:
-            _raw.signal(signum, handler)
+        _restore(saved)
         pending, self._pending = self._pending, None
         if pending is not None:
             dict(saved)[pending](pending, None)  # type: ignore[operator]
@@ -103,5 +104,14 @@ class InterruptGate:
         """Give the signals back, dropping a recorded one (an exception is on its way)."""
         self._pending = None
         saved, self._saved = self._saved, None
-        for signum, handler in saved or ():
-            _raw.signal(signum, handler)
+        _restore(saved or [])
+
+
+def _restore(saved: list[tuple[int, object]]) -> None:
+    """Every handler back, even when the first one back raises at once (its signal came)."""
+    if not saved:
+        return
+    try:
+        _raw.signal(*saved[0])  # type: ignore[arg-type]
+    finally:
+        _restore(saved[1:])
