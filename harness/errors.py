@@ -8,7 +8,7 @@ The tree, drawn once::
     │   └── PayloadTooLarge       an agent payload over the size limit
     ├── NoSession                 no such session
     └── Interrupted               exit 130
-        └── Terminated            exit 143: SIGTERM during `harness run`
+        └── Terminated            exit 128 + signal: SIGTERM/SIGHUP during `harness run`
 
 The state and pipeline layers have their own roots (``state.errors.StoreError``,
 ``pipeline.errors.PipelineError``) with the same fields, because they may not import us.
@@ -26,7 +26,6 @@ EXIT_USAGE = 2
 EXIT_CONNECTION = 3
 EXIT_TIMEOUT = 4
 EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143
 
 
 class HarnessError(Exception):
@@ -64,7 +63,10 @@ class Interrupted(HarnessError):
 
 
 class Terminated(Interrupted):
-    exit_code = EXIT_TERMINATED
+    def __init__(self, message: str, *, signum: int, where: str | None = None,
+                 hint: str | None = None):
+        super().__init__(message, where=where, hint=hint)
+        self.exit_code = 128 + signum  # the shell's convention for a death by signal
 
 
 KNOWN_ERRORS = (HarnessError, StoreError, PipelineError)

@@ -10,8 +10,8 @@ runs the same loop).
 
 :class:`InterruptGate` defers SIGINT while closed and delivers it where the caller opens
 the gate, inside the block that cleans up. Only the main thread with Python's own SIGINT
-handler (or SIGTERM with :func:`sigterm_raises`'s) is touched: other threads never see
-KeyboardInterrupt, and a program that installed its own handler keeps it.
+handler (or SIGTERM/SIGHUP with :func:`stop_signals_raise`'s) is touched: other threads
+never see KeyboardInterrupt, and a program that installed its own handler keeps it.
 """
 
 from __future__ import annotations
@@ -29,42 +29,56 @@ try:
 except ImportError:  # pragma: no cover - another interpreter
     _raw = signal  # type: ignore[no-redef]
 
-__all__ = ["InterruptGate", "TerminateRequested", "sigterm_raises"]
+__all__ = ["InterruptGate", "TerminateRequested", "stop_signals_raise"]
 
 _SIGINT = int(signal.SIGINT)
-_SIGTERM = int(signal.SIGTERM)
+_STOP_SIGNALS = (int(signal.SIGTERM), int(signal.SIGHUP))
+_WATCHED = (_SIGINT, *_STOP_SIGNALS)
 _DEFAULT = signal.default_int_handler
 
 
 class TerminateRequested(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C would be (inside :func:`sigterm_raises`), so one
-    cleanup path serves both: ``kill`` or ``timeout`` on a ``harness run`` stops its servers
-    as Ctrl-C does, instead of leaving them on the GPU."""
+    """SIGTERM or SIGHUP, raised where Ctrl-C would be (inside :func:`stop_signals_raise`),
+    so one cleanup path serves all three: ``kill``, ``timeout`` or a closed terminal on a
+    ``harness run`` stops its servers as Ctrl-C does, instead of leaving them on the GPU."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
 
 
 def _raise_terminate(signum: int, frame: FrameType | None) -> None:
-    raise TerminateRequested
+    raise TerminateRequested(signum)
 
 
 _RAISING = (_DEFAULT, _raise_terminate)
 
 
 @contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """Within: SIGTERM raises :class:`TerminateRequested` (main thread; elsewhere a no-op)."""
+def stop_signals_raise() -> Iterator[None]:
+    """Within: SIGTERM and SIGHUP raise :class:`TerminateRequested` (main thread only).
+    A signal the process was started ignoring (``nohup``) stays ignored."""
     if threading.get_ident() != threading.main_thread().ident:
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminate)
+    previous = []
     try:
+        for signum in _STOP_SIGNALS:
+            if signal.getsignal(signum) is signal.SIG_DFL:
+                previous.append((signum, signal.signal(signum, _raise_terminate)))
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous:
+            signal.signal(signum, handler)
 
 
 class InterruptGate:
-    """Closed: SIGINT (and SIGTERM inside :func:`sigterm_raises`) is recorded, not raised.
-    :meth:`open` raises the recorded one."""
+    """Closed: SIGINT (and SIGTERM/SIGHUP inside :func:`stop_signals_raise`) is recorded,
+    not raised. :meth:`open` raises the recorded one."""
 
     def __init__(self) -> None:
         self._pending: int | None = None
@@ -77,7 +91,7 @@ class InterruptGate:
     def close(self) -> None:
         if self._saved is not None or threading.get_ident() != threading.main_thread().ident:
             return
-        saved = [(signum, handler) for signum in (_SIGINT, _SIGTERM)
+        saved = [(signum, handler) for signum in _WATCHED
                  if (handler := _raw.getsignal(signum)) in _RAISING]
         if not saved:
             return

@@ -152,3 +152,15 @@ def harness_subprocess(args: list[str], *, stdin: bytes = b"", env: dict[str, st
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", "harness", *args], input=stdin,
                           capture_output=True, env=full_env, timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture
+def default_stop_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP at their defaults in this process and its children: a CI run
+    under `nohup` starts with SIGHUP ignored, and an ignored signal is inherited on exec."""
+    import signal
+
+    saved = [(s, signal.signal(s, signal.SIG_DFL)) for s in (signal.SIGTERM, signal.SIGHUP)]
+    yield
+    for s, handler in saved:
+        signal.signal(s, handler)

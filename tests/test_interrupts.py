@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from state.interrupts import InterruptGate, TerminateRequested, sigterm_raises
+from state.interrupts import InterruptGate, TerminateRequested, stop_signals_raise
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "data" / "interrupt_writes.py"
 
 
 @pytest.mark.parametrize("sig,trials", [("INT", 150), ("TERM", 60)])
-def test_ctrl_c_during_writes_never_leaves_the_lock_taken(db_url: str, sig: str,
-                                                          trials: int) -> None:
+def test_ctrl_c_during_writes_never_leaves_the_lock_taken(db_url: str, sig: str, trials: int,
+                                                          default_stop_signals: None) -> None:
     # Before the gate, about one trial in ten leaked the writer lock and the next write
     # waited out the busy timeout; 150 trials made a miss all but certain.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_BUSY_TIMEOUT_MS": "300"}
@@ -78,12 +78,26 @@ def test_gate_leaves_other_handlers_and_threads_alone() -> None:
     assert in_thread == [signal.default_int_handler]
 
 
-def test_gate_defers_sigterm_where_it_raises() -> None:
-    before = signal.getsignal(signal.SIGTERM)
-    with sigterm_raises():
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_gate_defers_stop_signals_where_they_raise(signum: int,
+                                                   default_stop_signals: None) -> None:
+    before = signal.getsignal(signum)
+    with stop_signals_raise():
         gate = InterruptGate()
         gate.close()
-        os.kill(os.getpid(), signal.SIGTERM)
-        with pytest.raises(TerminateRequested):
+        os.kill(os.getpid(), signum)
+        with pytest.raises(TerminateRequested) as info:
             gate.open()
-    assert signal.getsignal(signal.SIGTERM) is before
+    assert info.value.signum == signum
+    assert signal.getsignal(signum) is before
+
+
+def test_an_ignored_sighup_stays_ignored() -> None:
+    # `nohup harness run ...`: the person asked for SIGHUP to be ignored.
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with stop_signals_raise():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)
+    finally:
+        signal.signal(signal.SIGHUP, previous)

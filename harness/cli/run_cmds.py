@@ -15,7 +15,7 @@ from pipeline.params import check_params
 from pipeline.redact import redact_text
 from pipeline.spec import load_spec
 from state.fold import RUN_FINAL
-from state.interrupts import TerminateRequested, sigterm_raises
+from state.interrupts import TerminateRequested, stop_signals_raise
 
 SPEC = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -67,8 +67,8 @@ def run_cmd(spec_path: Path, only: str | None, until: str | None, overrides: tup
     pass (else blocked with the measured reason).
 
     Re-running resumes: finished stages are skipped, jobs left running are re-attached.
-    Ctrl-C (exit 130) or SIGTERM (exit 143) stops watching: jobs keep running on their
-    hosts, servers that stages started are stopped.
+    Ctrl-C (exit 130), SIGTERM (143) or SIGHUP (129) stops watching: jobs keep running on
+    their hosts, servers that stages started are stopped.
     """
     spec = load_spec(spec_path)
     check_params(spec, str(spec_path))
@@ -84,18 +84,26 @@ def run_cmd(spec_path: Path, only: str | None, until: str | None, overrides: tup
     h = harness()
     sess = h.session(create=True)
     runner = Runner(h.store, sess.id, spec, only=only, until=until,
-                    host_overrides=host_overrides, out=click.echo, show_logs=not quiet)
+                    host_overrides=host_overrides, out=_echo, show_logs=not quiet)
     after = ("jobs keep running on their hosts (servers that stages started were stopped): "
              "run again to re-attach, or `harness cancel RUN` to stop one")
     try:
-        with sigterm_raises():
+        with stop_signals_raise():
             report = runner.run()
-    except TerminateRequested:
-        raise Terminated(f"terminated (SIGTERM): stopped watching; {after}") from None
+    except TerminateRequested as exc:
+        raise Terminated(f"terminated ({exc.name}): stopped watching; {after}",
+                         signum=exc.signum) from None
     except KeyboardInterrupt:
         raise Interrupted(f"stopped watching; {after}") from None
     if not report.ok:
         raise click.exceptions.Exit(EXIT_ERROR)
+
+
+def _echo(line: str) -> None:
+    try:
+        click.echo(line)
+    except OSError:
+        pass  # the terminal or reader went away (SIGHUP, a closed pipe): the store has it all
 
 
 def _dry_run(spec, only, until, overrides) -> None:  # type: ignore[no-untyped-def]

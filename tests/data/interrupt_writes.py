@@ -1,5 +1,5 @@
 """Child process for tests/test_interrupts.py: Ctrl-C (a real SIGINT; or SIGTERM inside
-``sigterm_raises``, as ``harness run`` has it) lands at a random moment of a loop of store
+``stop_signals_raise``, as ``harness run`` has it) lands at a random moment of a loop of store
 writes, TRIALS times; after each, one more write must succeed at once. Prints one JSON
 line of what happened.
 
@@ -14,13 +14,13 @@ import threading
 import time
 
 from state.errors import StoreError
-from state.interrupts import TerminateRequested, sigterm_raises
+from state.interrupts import TerminateRequested, stop_signals_raise
 from state.store import Store
 
 url, trials = sys.argv[1], int(sys.argv[2])
 signum = signal.SIGTERM if sys.argv[3:] == ["TERM"] else signal.SIGINT
 expected = TerminateRequested if signum == signal.SIGTERM else KeyboardInterrupt
-term = sigterm_raises()  # kept: a collected generator would restore the handler
+term = stop_signals_raise()  # kept: a collected generator would restore the handler
 term.__enter__()  # for the whole process; a no-op for SIGINT runs
 store = Store.open(url)
 failures: list[str] = []

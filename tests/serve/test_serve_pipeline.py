@@ -6,6 +6,8 @@ reason, and no server process left behind."""
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +20,7 @@ import pytest
 
 from harness import todos as uc
 from harness.runner import Runner, cancel_run
+from harness.services import stop_services
 from pipeline.openai_client import get
 from pipeline.service import group_members
 from pipeline.spec import load_spec
@@ -305,10 +308,12 @@ def test_benchmark_interrupted_halfway_keeps_its_figures_and_stops_servers(
     assert wait_gone(w.spec_port) == []
 
 
-@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
-                         ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                         (signal.SIGHUP, 129)],
+                         ids=["ctrl-c", "sigterm", "sighup"])
 def test_ctrl_c_on_harness_run_stops_the_servers(world, tmp_path: Path, db_path: Path,
-                                                 signum: int, code: int) -> None:
+                                                 signum: int, code: int,
+                                                 default_stop_signals: None) -> None:
     w = world
     spec = write_spec(w.tmp / "serve.yaml", w.hosts, [
         serve("serve_spec", w, w.spec_port, extra=("--fake-step-ms", "40")),
@@ -336,7 +341,8 @@ def test_ctrl_c_on_harness_run_stops_the_servers(world, tmp_path: Path, db_path:
                         f"{err[-6000:]}")
         assert proc.returncode == code, err
         assert "servers that stages started were stopped" in err
-        assert ("terminated (SIGTERM)" in err) == (signum == signal.SIGTERM)
+        if signum != signal.SIGINT:
+            assert f"terminated ({signal.Signals(signum).name})" in err
         assert "[services] r1 (serve_spec) server" in out and ": terminated" in out
         assert wait_gone(w.spec_port) == []
         serve_run = next(r for r in store.runs() if r.stage == "serve_spec")
@@ -345,6 +351,45 @@ def test_ctrl_c_on_harness_run_stops_the_servers(world, tmp_path: Path, db_path:
         bench_runs = [r for r in store.runs() if r.stage == "benchmark"]
         for run in bench_runs:
             cancel_run(store, run.id)
+        store.close()
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_closing_the_terminal_stops_the_servers(world, tmp_path: Path, db_path: Path,
+                                                default_stop_signals: None) -> None:
+    # A real terminal going away: SIGHUP, and every later write to it fails (EIO).
+    w = world
+    spec = write_spec(w.tmp / "serve.yaml", w.hosts, [
+        serve("serve_spec", w, w.spec_port, extra=("--fake-step-ms", "40")),
+        bench(w, ["serve_spec"], baseline=False, concurrency=[1], requests=200),
+    ])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_DB": str(db_path)}
+    tmux = ["tmux", "-L", f"harness-hup-{os.getpid()}-{tmp_path.name}"]
+    command = f"exec {shlex.quote(sys.executable)} -m harness run {shlex.quote(str(spec))}"
+    subprocess.run([*tmux, "-f", "/dev/null", "new-session", "-d", "-x", "120", "-y", "30",
+                    command], env=env, check=True, timeout=30)
+    store = Store.open(str(db_path))
+    try:
+        end = time.monotonic() + 60
+        while not any(r.stage == "benchmark" and r.state == "running"
+                      for r in store.runs()):
+            assert time.monotonic() < end, "the benchmark never started"
+            time.sleep(0.1)
+        subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
+        end = time.monotonic() + 60
+        while True:
+            serve_run = next(r for r in store.runs() if r.stage == "serve_spec")
+            if (serve_run.job or {}).get("service", {}).get("state") == "stopped":
+                break
+            assert time.monotonic() < end, f"the server was not stopped: {serve_run.job}"
+            time.sleep(0.2)
+        assert wait_gone(w.spec_port) == []
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
+        for run in [r for r in store.runs() if r.stage == "benchmark"]:
+            cancel_run(store, run.id)
+        for session in store.sessions():  # a failed run must not leave its server behind
+            stop_services(store, session.id, out=lambda line: None)
         store.close()
 
 
