@@ -67,7 +67,7 @@ class SourceInfo:
 
 class Parser:
     """What every transcript parser holds: the file, where it is (for messages), what it
-    learnt, the timestamp to fall back on, and how many lines were not todo calls."""
+    learnt, the timestamps to fall back on, and how many lines were not todo calls."""
 
     fmt = ""
 
@@ -77,6 +77,14 @@ class Parser:
         self.info = SourceInfo()
         self.fallback_ts = fallback_ts
         self.non_todo = 0
+        self._last_ts: str | None = None  # the latest read, for entries that carry none
+
+    def _saw_ts(self, ts: str | None) -> None:
+        """Note a timestamp read from the source: the latest, and the first of the file."""
+        if ts is not None:
+            self._last_ts = ts
+            if self.info.first_ts is None:
+                self.info.first_ts = ts
 
 
 def check_text(head: bytes, where: str) -> None:

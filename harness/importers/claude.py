@@ -74,7 +74,6 @@ class ClaudeParser(Parser):
         super().__init__(fh, where, fallback_ts=fallback_ts)
         self.stream = stream
         self.fmt = "claude-stream" if stream else "claude-code"
-        self._last_ts: str | None = None
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._pending_b: list[bytes] = []  # their ids as bytes, for the line filter
         self._seen: set[str] = set()
@@ -169,10 +168,7 @@ class ClaudeParser(Parser):
     def _line(self, num: int, obj: dict[str, Any]) -> None:
         info = self.info
         ts = to_ts(obj.get("timestamp"))
-        if ts is not None:
-            self._last_ts = ts
-            if info.first_ts is None:
-                info.first_ts = ts
+        self._saw_ts(ts)
         if info.session_hint is None:
             hint = obj.get("sessionId") or obj.get("session_id")
             if isinstance(hint, str) and hint:

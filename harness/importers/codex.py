@@ -41,7 +41,6 @@ class CodexParser(Parser):
 
     def __init__(self, fh: IO[bytes], where: str, *, fallback_ts: str | None = None):
         super().__init__(fh, where, fallback_ts=fallback_ts)
-        self._last_ts: str | None = None
         # call_id -> [line, ts, arguments, answered, refused]
         self._pending: OrderedDict[str, list[Any]] = OrderedDict()
         self._seen: set[str] = set()
@@ -77,10 +76,7 @@ class CodexParser(Parser):
 
     def _line(self, num: int, obj: dict[str, Any]) -> None:
         ts = to_ts(obj.get("timestamp"))
-        if ts is not None:
-            self._last_ts = ts
-            if self.info.first_ts is None:
-                self.info.first_ts = ts
+        self._saw_ts(ts)
         kind = obj.get("type")
         payload = obj.get("payload") if isinstance(obj.get("payload"), dict) else obj
         if kind == "session_meta" or (num == 1 and "id" in obj and "payload" not in obj):

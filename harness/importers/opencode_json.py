@@ -33,7 +33,6 @@ class OpencodeJsonParser(Parser):
     def __init__(self, fh: IO[bytes], where: str, *, fallback_ts: str | None = None):
         super().__init__(fh, where, fallback_ts=fallback_ts)
         self._seen: set[str] = set()
-        self._last_ts: str | None = None
 
     def _is_export(self) -> bool:
         # An export document starts with its session's "info" object.
@@ -133,10 +132,7 @@ class OpencodeJsonParser(Parser):
         self._seen.add(ref)
         times = state.get("time") if isinstance(state.get("time"), dict) else {}
         when = to_ts(times.get("start")) or to_ts(times.get("end")) or ts or self._last_ts
-        if when is not None:
-            self._last_ts = when
-            if self.info.first_ts is None:
-                self.info.first_ts = when
+        self._saw_ts(when)
         try:
             write = parse(inp, "opencode", where)
         except InputError as exc:
