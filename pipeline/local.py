@@ -58,20 +58,17 @@ class LocalExecutor(Executor):
 
     def put(self, local: str | Path, remote: str) -> str:
         target = self.resolve(remote)
-        try:
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(local, target)
-        except OSError as exc:
-            raise ExecutorError(f"cannot copy {local} to {target}: {exc}",
-                                where=self.host.name) from None
+        self._copy(local, target)
         return target
 
     def get(self, remote: str, local: str | Path) -> Path:
-        source = self.resolve(remote)
-        try:
-            Path(local).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, local)
-        except OSError as exc:
-            raise ExecutorError(f"cannot copy {source} to {local}: {exc}",
-                                where=self.host.name) from None
+        self._copy(self.resolve(remote), local)
         return Path(local)
+
+    def _copy(self, source: str | Path, target: str | Path) -> None:
+        try:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+        except OSError as exc:
+            raise ExecutorError(f"cannot copy {source} to {target}: {exc}",
+                                where=self.host.name) from None
