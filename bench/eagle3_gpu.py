@@ -236,8 +236,10 @@ def make_drafter(tiny: bool, device):
     return drafter.to(device)
 
 
-def make_train_step(tiny: bool, steps: int, batch: int, seq: int, device, attn: str,
-                    compile_loss_on: bool, blocks: bool = False, ddp: bool = False):
+def make_trainer(tiny: bool, steps: int, device, attn: str, compile_loss_on: bool,
+                 blocks: bool = False, ddp: bool = False):
+    """(train(aux, last, input_ids, mask) -> loss, drafter config): one optimiser step of
+    the stage's own TTTLoss under bf16 autocast, fused AdamW, grad clip 0.5."""
     from pipeline.eagle3 import ttt
 
     drafter = make_drafter(tiny, device)
@@ -247,31 +249,38 @@ def make_train_step(tiny: bool, steps: int, batch: int, seq: int, device, attn: 
         drafter.compile_blocks()
     target_head = torch.randn(draft_vocab, cfg.hidden_size, device=device) * 0.02
     model = ttt.TTTLoss(drafter, target_head, steps, attn_impl=attn)
-    step_model = model
     if ddp:
         from pipeline.eagle3.train import wrap_ddp
 
-        step_model = wrap_ddp(model, device.index)
+        model = wrap_ddp(model, device.index)
     params = drafter.trainable_parameters()
     opt = torch.optim.AdamW(params, lr=1e-4, fused=device.type == "cuda")
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
+                else torch.autocast("cpu", enabled=False))
+
+    def train(aux, last, input_ids, mask):
+        with autocast:
+            loss, _, _ = model(aux, last, input_ids, mask)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 0.5)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return train, cfg
+
+
+def make_train_step(tiny: bool, steps: int, batch: int, seq: int, device, attn: str,
+                    compile_loss_on: bool, blocks: bool = False, ddp: bool = False):
+    """A no-argument training step on one fixed random batch of B x S."""
+    train, cfg = make_trainer(tiny, steps, device, attn, compile_loss_on, blocks, ddp)
     g = torch.Generator().manual_seed(2)
     dt = torch.float32 if tiny else torch.bfloat16
     aux = torch.randn(batch, seq, 3 * cfg.hidden_size, generator=g).to(device, dt)
     last = torch.randn(batch, seq, cfg.hidden_size, generator=g).to(device, dt)
     input_ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(device)
     mask = torch.ones(batch, seq, dtype=torch.uint8, device=device)
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
-                else torch.autocast("cpu", enabled=False))
-
-    def step():
-        with autocast:
-            loss, _, _ = step_model(aux, last, input_ids, mask)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 0.5)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step, cfg
+    return (lambda: train(aux, last, input_ids, mask)), cfg
 
 
 def bench_train(device, tiny: bool, batch: int, seq: int, variants: list, peak: float,

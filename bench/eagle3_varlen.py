@@ -71,25 +71,13 @@ def batch_plan(steps: int, batch_tokens: int, lo: int, hi: int, seed: int) -> li
 
 def run_variant(attn: str, blocks: bool, plan, tiny: bool, device) -> dict:
     import torch._dynamo
-    from eagle3_gpu import make_drafter
+    from eagle3_gpu import make_trainer
 
-    from pipeline.eagle3 import ttt
 
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    drafter = make_drafter(tiny, device)
-    cfg, draft_vocab = drafter.config, drafter.config.draft_vocab_size
-    ttt.compile_loss(device.type == "cuda")
-    if blocks:
-        drafter.compile_blocks()
-    target_head = torch.randn(draft_vocab, cfg.hidden_size,
-                              generator=torch.Generator().manual_seed(1)).to(device) * 0.02
-    model = ttt.TTTLoss(drafter, target_head, 3, attn_impl=attn)
-    params = drafter.trainable_parameters()
-    opt = torch.optim.AdamW(params, lr=1e-4, fused=device.type == "cuda")
+    train, cfg = make_trainer(tiny, 3, device, attn, device.type == "cuda", blocks)
     dt = torch.float32 if tiny else torch.bfloat16
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
-                else torch.autocast("cpu", enabled=False))
     losses, times, tokens = [], [], []
     for i, (s, lengths) in enumerate(plan):
         # Made on the device: 400 MB of random hidden states a batch on the CPU took
@@ -104,12 +92,7 @@ def run_variant(attn: str, blocks: bool, plan, tiny: bool, device) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        with autocast:
-            loss, _, _ = model(aux, last, input_ids, mask)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 0.5)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss = train(aux, last, input_ids, mask)
         losses.append(float(loss.detach()))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
