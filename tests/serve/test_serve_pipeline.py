@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -308,6 +309,33 @@ def test_benchmark_interrupted_halfway_keeps_its_figures_and_stops_servers(
     assert wait_gone(w.spec_port) == []
 
 
+def _serving_while_benchmarking(w) -> Path:
+    """A spec whose benchmark runs long enough to be interrupted while the server serves."""
+    return write_spec(w.tmp / "serve.yaml", w.hosts, [
+        serve("serve_spec", w, w.spec_port, extra=("--fake-step-ms", "40")),
+        bench(w, ["serve_spec"], baseline=False, concurrency=[1], requests=200),
+    ])
+
+
+def _until_benchmarking(store: Store, gone: Callable[[], str | None]) -> None:
+    """Wait for the benchmark to run; ``gone`` says why the harness ended early, if it did."""
+    end = time.monotonic() + 60
+    while not any(r.stage == "benchmark" and r.state == "running" for r in store.runs()):
+        why = gone()
+        assert why is None, f"harness run ended before the benchmark started: {why}"
+        assert time.monotonic() < end, "the benchmark never started"
+        time.sleep(0.1)
+
+
+def _clean_up(store: Store) -> None:
+    """Whatever the test's outcome: no benchmark job and no server left behind."""
+    for run in [r for r in store.runs() if r.stage == "benchmark"]:
+        cancel_run(store, run.id)
+    for session in store.sessions():
+        stop_services(store, session.id, out=lambda line: None)
+    store.close()
+
+
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
                                          (signal.SIGHUP, 129)],
                          ids=["ctrl-c", "sigterm", "sighup"])
@@ -315,10 +343,7 @@ def test_ctrl_c_on_harness_run_stops_the_servers(world, tmp_path: Path, db_path:
                                                  signum: int, code: int,
                                                  default_stop_signals: None) -> None:
     w = world
-    spec = write_spec(w.tmp / "serve.yaml", w.hosts, [
-        serve("serve_spec", w, w.spec_port, extra=("--fake-step-ms", "40")),
-        bench(w, ["serve_spec"], baseline=False, concurrency=[1], requests=200),
-    ])
+    spec = _serving_while_benchmarking(w)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_DB": str(db_path),
            "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--quiet", str(spec)],
@@ -326,11 +351,8 @@ def test_ctrl_c_on_harness_run_stops_the_servers(world, tmp_path: Path, db_path:
                             text=True)
     store = Store.open(str(db_path))
     try:
-        end = time.monotonic() + 60
-        while not any(r.stage == "benchmark" and r.state == "running"
-                      for r in store.runs()):
-            assert proc.poll() is None and time.monotonic() < end, proc.communicate()
-            time.sleep(0.1)
+        _until_benchmarking(store, lambda: None if proc.poll() is None
+                            else str(proc.communicate()))
         proc.send_signal(signum)
         try:
             out, err = proc.communicate(timeout=60)
@@ -348,10 +370,7 @@ def test_ctrl_c_on_harness_run_stops_the_servers(world, tmp_path: Path, db_path:
         serve_run = next(r for r in store.runs() if r.stage == "serve_spec")
         assert serve_run.job["service"]["state"] == "stopped"
     finally:
-        bench_runs = [r for r in store.runs() if r.stage == "benchmark"]
-        for run in bench_runs:
-            cancel_run(store, run.id)
-        store.close()
+        _clean_up(store)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -359,10 +378,7 @@ def test_closing_the_terminal_stops_the_servers(world, tmp_path: Path, db_path: 
                                                 default_stop_signals: None) -> None:
     # A real terminal going away: SIGHUP, and every later write to it fails (EIO).
     w = world
-    spec = write_spec(w.tmp / "serve.yaml", w.hosts, [
-        serve("serve_spec", w, w.spec_port, extra=("--fake-step-ms", "40")),
-        bench(w, ["serve_spec"], baseline=False, concurrency=[1], requests=200),
-    ])
+    spec = _serving_while_benchmarking(w)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_DB": str(db_path)}
     tmux = ["tmux", "-L", f"harness-hup-{os.getpid()}-{tmp_path.name}"]
     command = f"exec {shlex.quote(sys.executable)} -m harness run {shlex.quote(str(spec))}"
@@ -370,11 +386,7 @@ def test_closing_the_terminal_stops_the_servers(world, tmp_path: Path, db_path: 
                     command], env=env, check=True, timeout=30)
     store = Store.open(str(db_path))
     try:
-        end = time.monotonic() + 60
-        while not any(r.stage == "benchmark" and r.state == "running"
-                      for r in store.runs()):
-            assert time.monotonic() < end, "the benchmark never started"
-            time.sleep(0.1)
+        _until_benchmarking(store, lambda: None)
         subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
         end = time.monotonic() + 60
         while True:
@@ -386,11 +398,7 @@ def test_closing_the_terminal_stops_the_servers(world, tmp_path: Path, db_path: 
         assert wait_gone(w.spec_port) == []
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
-        for run in [r for r in store.runs() if r.stage == "benchmark"]:
-            cancel_run(store, run.id)
-        for session in store.sessions():  # a failed run must not leave its server behind
-            stop_services(store, session.id, out=lambda line: None)
-        store.close()
+        _clean_up(store)
 
 
 def test_preflight_names_every_problem(world, store: Store) -> None:
