@@ -122,13 +122,18 @@ def test_killed_job_without_exit_code_is_lost(executor: Executor) -> None:
     assert not (Path(handle.run_dir) / "exit_code").exists()
 
 
-def test_cancel_kills_the_whole_group(executor: Executor) -> None:
-    child_file = Path(executor.workdir) / "child"
+def _with_child(executor: Executor, key: str, prefix: str = "") -> tuple[JobHandle, int]:
+    """A detached job whose shell runs a background ``sleep``; the job and the sleep's pid."""
+    child_file = Path(executor.workdir) / key
     handle = executor.start_detached(
-        "cancel-me", ["sh", "-c", f"sleep 300 & echo $! > {child_file}; wait"])
+        key, ["sh", "-c", f"{prefix}sleep 300 & echo $! > {child_file}; wait"])
     wait_until(lambda: child_file.exists() and child_file.read_text().strip() != "",
                what="the child pid")
-    child = int(child_file.read_text())
+    return handle, int(child_file.read_text())
+
+
+def test_cancel_kills_the_whole_group(executor: Executor) -> None:
+    handle, child = _with_child(executor, "cancel-me")
     assert process_alive(child) and executor.poll(handle).state == "running"
     status = executor.cancel(handle, grace=5)
     assert status.state == "cancelled" and status.exit_code == 143
@@ -137,12 +142,7 @@ def test_cancel_kills_the_whole_group(executor: Executor) -> None:
 
 
 def test_cancel_escalates_to_kill(executor: Executor) -> None:
-    child_file = Path(executor.workdir) / "stubborn"
-    handle = executor.start_detached(
-        "stubborn", ["sh", "-c", f"trap '' TERM; sleep 300 & echo $! > {child_file}; wait"])
-    wait_until(lambda: child_file.exists() and child_file.read_text().strip() != "",
-               what="the child pid")
-    child = int(child_file.read_text())
+    handle, child = _with_child(executor, "stubborn", prefix="trap '' TERM; ")
     status = executor.cancel(handle, grace=0.5)
     assert status.state == "cancelled"
     assert not process_alive(child)
