@@ -18,7 +18,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import fields
 from datetime import datetime, timezone
 from functools import cached_property, lru_cache
@@ -813,30 +813,25 @@ class Store:
             try:
                 gate.close()
                 raw, kept, cur = self._begin_write()
-                broken, ended = False, False
+                ended = False  # COMMIT or ROLLBACK ran, so the connection can be reused
                 try:
                     try:
                         gate.open()
                         yield cur
                     except BaseException:
                         gate.close()
-                        try:
+                        # The body's exception is the news; a connection that cannot roll
+                        # back (psycopg interrupted mid-query) is dropped, and the server
+                        # ends its transaction.
+                        with suppress(self._dbapi_error):
                             self._end(raw, cur, commit=False)
                             ended = True
-                        except self._dbapi_error:
-                            # The body's exception is the news; a connection that cannot
-                            # roll back (psycopg interrupted mid-query) is dropped, and the
-                            # server ends its transaction.
-                            broken = True
                         raise
                     gate.close()
                     self._end(raw, cur, commit=True)
                     ended = True
-                except self._dbapi_error:
-                    broken = True
-                    raise
                 finally:
-                    self._release(raw, kept, broken or not ended)
+                    self._release(raw, kept, broken=not ended)
             except BaseException:
                 gate.discard()
                 raise
