@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -93,11 +94,43 @@ def _on_sqlite_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute(f"PRAGMA busy_timeout = {busy_timeout_ms()}")
     cur.execute("PRAGMA foreign_keys = ON")
-    mode = cur.execute("PRAGMA journal_mode").fetchone()[0]
-    if mode != "wal" and mode != "memory":
-        cur.execute("PRAGMA journal_mode = WAL")
+    _ensure_wal(cur)
     cur.execute("PRAGMA synchronous = NORMAL")
     cur.close()
+
+
+def _ensure_wal(cur: sqlite3.Cursor) -> None:
+    """Put a (new) database file in WAL mode, waiting out other connections doing the same.
+
+    SQLite fails a journal-mode change at once, without its busy handler, while another
+    connection holds a write lock on a file still in rollback mode: exactly what two
+    harnesses opening a fresh store together do to each other. So retry until the busy
+    timeout, as any other locked statement would wait.
+    """
+    deadline = time.monotonic() + busy_timeout_ms() / 1000
+    pause = 0.002
+    while True:
+        try:
+            mode = cur.execute("PRAGMA journal_mode").fetchone()[0]
+            if mode in ("wal", "memory"):
+                return
+            if cur.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal":
+                return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        else:
+            if time.monotonic() >= deadline:
+                raise sqlite3.OperationalError("database is locked (cannot switch to WAL)")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED and their extended codes
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def _on_sqlite_begin(conn: Any) -> None:

@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from sqlmodel import SQLModel
 
 from state import migrations
 from state import store as store_mod
-from state.errors import InvalidChange
+from state.errors import InvalidChange, StoreUnavailable
 from state.fold import SessionState, apply
 from state.models import ALL_TABLES
 from state.store import Store
@@ -153,6 +154,45 @@ def test_two_processes_writing_at_once(tmp_path: Path) -> None:
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     con.close()
     s.close()
+
+
+def test_opening_a_fresh_file_waits_for_another_harness_creating_it(tmp_path: Path) -> None:
+    # What a second harness meets when two open a new store at once: the other holds the
+    # write lock on a file still in rollback mode. SQLite fails the switch to WAL at once
+    # there, without its busy handler; the open must wait like any locked statement.
+    db = tmp_path / "fresh.db"
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE scratch (x)")
+    timer = threading.Timer(0.4, other.execute, ("COMMIT",))
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        s = Store.open(str(db))
+    finally:
+        timer.join()
+        other.close()
+    waited = time.monotonic() - t0
+    assert waited >= 0.35, waited
+    with s.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    assert s.pending_migrations() == []
+    s.close()
+
+
+def test_opening_a_busy_fresh_file_still_times_out(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_BUSY_TIMEOUT_MS", "300")
+    db = tmp_path / "fresh.db"
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE scratch (x)")
+    t0 = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="locked"):
+        Store.open(str(db))
+    assert 0.25 <= time.monotonic() - t0 < 5
+    other.execute("ROLLBACK")
+    other.close()
 
 
 def test_watch_sees_every_commit_of_others_and_nothing_else(db_url: str) -> None:

@@ -210,14 +210,21 @@ def test_todo_update_one_item_and_blocked_survives_a_resent_pending(db_path: Pat
 def test_two_concurrent_clients_on_one_session_lose_nothing(db_path: Path) -> None:
     rounds = 12
 
-    async def agent(name: str, ready: list, go_: anyio.Event, seen: dict) -> None:
+    async def agent(name: str, ready: list, go_: anyio.Event, seen: dict,
+                    done: dict) -> None:
+        other = "beta" if name == "alpha" else "alpha"
         async with mcp_session(db_path, client=name) as s:
+            await s.call_tool("todoread", {})  # the server has its store open
             ready.append(name)
             if len(ready) == 2:
                 go_.set()
             await go_.wait()  # both servers up: the writes really interleave
             current: list[dict] = []
             for k in range(rounds):
+                # Neither runs ahead of the other by more than a round, however the two
+                # servers are scheduled: each round's writes race with the other's.
+                while done[other] < k:
+                    await anyio.sleep(0.002)
                 # Each round: finish the agent's previous item, add a new one, and resend
                 # the list it was last given (the other agent's items included).
                 for item in current:
@@ -229,14 +236,16 @@ def test_two_concurrent_clients_on_one_session_lose_nothing(db_path: Path) -> No
                 current = answer["todos"]
                 seen[name] |= {t["content"] for t in current if not
                                t["content"].startswith(name)}
+                done[name] = k + 1
 
     async def go():
         seen: dict[str, set] = {"alpha": set(), "beta": set()}
+        done = {"alpha": 0, "beta": 0}
         ready: list[str] = []
         go_ = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(agent, "alpha", ready, go_, seen)
-            tg.start_soon(agent, "beta", ready, go_, seen)
+            tg.start_soon(agent, "alpha", ready, go_, seen, done)
+            tg.start_soon(agent, "beta", ready, go_, seen, done)
         return seen
 
     seen = run(go)
