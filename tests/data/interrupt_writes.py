@@ -30,9 +30,10 @@ for trial in range(trials):
     sid = store.create_session(f"t{trial}", actor="test")
     with store.write(sid, "test") as tx:
         tx.create_todo("target")
-    threading.Timer(random.uniform(0.002, 0.03), os.kill, (os.getpid(), signum)).start()
+    timer = threading.Timer(random.uniform(0.002, 0.03), os.kill, (os.getpid(), signum))
     done = 0
     try:
+        timer.start()  # on a loaded machine the signal can land before start() returns
         while True:
             with store.write(sid, "test") as tx:
                 tx.emit("todo.noted", todo_id=1, payload={"text": str(done)})

@@ -117,7 +117,8 @@ def test_ddp_on_two_cpu_processes(tiny_trained, tmp_path):
            "--result", str(result_path)]
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=200)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    # The head holds a rank's own last words (e.g. "terminate called ..."), the tail torchrun's.
+    assert proc.returncode == 0, proc.stderr[:1500] + "\n[...]\n" + proc.stderr[-1500:]
     result = read_result(result_path)
     assert result.ok and result.metrics["world_size"] == 2
     assert {c.name: c.passed for c in result.checks}["ranks_in_sync"]
