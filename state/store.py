@@ -754,20 +754,14 @@ class Store:
         return self.engine.raw_connection(), False
 
     def _release(self, raw: Any, kept: bool, broken: bool) -> None:
+        if broken:  # never pooled again, whoever owned it
+            with suppress(Exception):
+                raw.invalidate()
         if not kept:
-            if broken:
-                try:
-                    raw.invalidate()
-                except Exception:
-                    pass
             raw.close()
             return
         if broken:
             self._writer_conn = None
-            try:
-                raw.invalidate()
-            except Exception:
-                pass
         self._writer_lock.release()
 
     def _begin_write(self) -> tuple[Any, bool, Any]:
