@@ -5,12 +5,13 @@ model wrapped by ``pipeline.eagle3.train.wrap_ddp`` takes a few steps, then the 
 down in one of three ways: ``Dist.close`` after dropping the DDP wrapper (what the train
 stage does: the garbage is collected before the group is destroyed), or the baselines,
 ``destroy_process_group`` alone with the wrapper a local of the training function (what
-the stage did) or kept referenced until interpreter shutdown (the worst case). A run fails when torchrun exits non-zero; "terminate called" counts the ranks that
-died in C++ ``std::terminate`` (SIGABRT) during interpreter shutdown.
+the stage did) or kept referenced until interpreter shutdown (the worst case). A run fails
+when torchrun exits non-zero; "terminate called" counts the ranks that died in C++
+``std::terminate`` (SIGABRT) during interpreter shutdown.
 
-    python bench/ddp_exit.py --runs 50
+    python bench/ddp_exit.py --runs 30
 
-The variants alternate run by run, so machine load hits both alike. The failure is a race;
+The variants alternate run by run, so machine load hits them all alike. The failure is a race;
 it shows most on a loaded machine (e.g. two busy loops beside it on two cores).
 """
 
