@@ -1,246 +1,58 @@
 """Will this vLLM serve this verifier with this EAGLE-3 drafter? Asked of vLLM's own code.
 
-The answer changed across vLLM releases, and the seed lost a day to it (BRIEF section 6):
+The answer changed across vLLM releases, and the seed lost a day to it:
 
 - which target ``model_type`` eagle3 accepts: ``SpeculativeConfig._verify_args`` first
   required ``"llama"`` in it, then matched a list of substrings (``eagle3_target_supported``,
-  later ``aux_hidden_states_supported``) that grew release by release; the newest have no
-  list, and the target's model class must implement ``SupportsEagle3`` instead, which is
-  only checked when the model loads (``Model does not support EAGLE3 interface``);
+  later ``aux_hidden_states_supported``) that grew release by release; the newest (0.33.0,
+  read from its code) have no list: the target's model class must implement
+  ``SupportsEagle3``, which vLLM checks only when it loads the model (``Model does not
+  support EAGLE3 interface``);
 - which drafter it loads: an EAGLE-style config's ``architectures`` are renamed by
   ``EAGLEConfig`` (``X`` -> ``Eagle3X``; later ``X`` is kept when it already starts or ends
   with ``Eagle3``, e.g. ``LlamaForCausalLMEagle3``) and must then be in the model
   registry; a speculators-style config (``speculators_model_type``) needs that type in
   ``SUPPORTED_SPECULATORS_TYPES``, which older releases lack entirely.
 
-So :func:`compat_checks` does not hard-code a list. It runs :func:`probe` in the host's
-vLLM interpreter (``python -m pipeline.vllm_compat --out FILE``, so vLLM's imports and
-logs stay out of the caller), which reads the rule from the installed
+So :func:`compat_checks` does not hard-code a list. :func:`ask` runs
+:mod:`pipeline.vllm_probe` in the host's vLLM interpreter, by file path from a scratch
+directory: that interpreter usually cannot import this project, and vLLM's imports and
+logs stay out of the caller. The probe reads the rule from the installed
 ``SpeculativeConfig`` source (``inspect`` + ``ast``), asks the installed ``EAGLEConfig``
 how it renames the drafter and the installed ``ModelRegistry`` whether that architecture
 exists and whether the target class supports eagle3. Only when vLLM is not importable does
-it fall back to :data:`FALLBACK_TABLE`, the rules as found in vLLM's source, with the
+the answer come from :data:`FALLBACK_TABLE`, the rules as found in vLLM's source, with the
 evidence cited and every answer labelled as a fallback.
 
 It returns named :class:`pipeline.actions.Check` s: ``vllm_installed``,
-``vllm_eagle3_target``, ``vllm_eagle3_drafter``. The preflight stage uses them; the
-checkpoint verification can too. Standard library only.
+``vllm_eagle3_target``, ``vllm_eagle3_drafter``. The preflight stage and the checkpoint
+verification use them. Standard library only.
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
-import importlib
-import inspect
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
-import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pipeline.actions import Check
+from pipeline.vllm_probe import eagle3_rename, read_target_rule, target_model_type
 
-__all__ = ["FALLBACK_TABLE", "compat_checks", "fallback_answer", "probe", "read_target_rule"]
+__all__ = ["FALLBACK_TABLE", "ask", "compat_checks", "fallback_answer", "package_version",
+           "read_target_rule"]
 
-
-def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    for key in ("text_config", "llm_config", "language_config"):
-        if isinstance(config.get(key), Mapping):
-            return config[key]
-    return config
-
-
-def target_model_type(config: Mapping[str, Any]) -> str:
-    """What vLLM tests: ``hf_text_config.model_type``."""
-    return str(_text_config(config).get("model_type") or config.get("model_type") or "")
-
-
-def eagle3_rename(arch: str, keep_suffixed: bool = True) -> str:
-    """EAGLEConfig's rename for method eagle3 (``keep_suffixed=False``: older releases)."""
-    if keep_suffixed and (arch.startswith("Eagle3") or arch.endswith("Eagle3")):
-        return arch
-    return f"Eagle3{arch}"
-
-
-# --- asking the installed vLLM ---------------------------------------------------------------
-
-def _speculative_config_class() -> Any:
-    for module in ("vllm.config.speculative", "vllm.config"):
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:
-            continue
-        cls = getattr(mod, "SpeculativeConfig", None)
-        if cls is not None:
-            return cls
-    return None
-
-
-def read_target_rule(source: str) -> dict[str, Any]:
-    """The eagle3 target check in ``SpeculativeConfig``'s source.
-
-    ``{"kind": "list", "list": [...], "function": name}`` for a substring allow-list,
-    ``{"kind": "llama-only", ...}`` for ``"llama" not in ...model_type``, or
-    ``{"kind": "none"}`` when no model-type check mentions eagle3.
-    """
-    tree = ast.parse(textwrap.dedent(source))
-    for fn in ast.walk(tree):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        text = ast.unparse(fn)
-        if "eagle3" not in text or "model_type" not in text:
-            continue
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple)) \
-                    and node.value.elts and all(isinstance(e, ast.Constant) and isinstance(
-                        e.value, str) for e in node.value.elts):
-                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-                if names and "supported" in names[0]:
-                    return {"kind": "list", "name": names[0], "function": fn.name,
-                            "list": [e.value for e in node.value.elts]}  # type: ignore[attr-defined]
-            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) \
-                    and isinstance(node.left.value, str) and len(node.ops) == 1 \
-                    and isinstance(node.ops[0], ast.NotIn) \
-                    and "model_type" in ast.unparse(node.comparators[0]):
-                return {"kind": "llama-only" if node.left.value == "llama" else "single",
-                        "function": fn.name, "list": [node.left.value]}
-    return {"kind": "none"}
-
-
-def _registry() -> Any:
-    try:
-        from vllm.model_executor.models import ModelRegistry  # type: ignore[import-not-found]
-    except Exception:  # any import failure means: cannot ask
-        return None
-    return ModelRegistry
-
-
-def _supported_archs(registry: Any) -> set[str] | None:
-    try:
-        return set(registry.get_supported_archs())
-    except Exception:
-        return None
-
-
-def _target_interface(registry: Any, archs: list[str]) -> tuple[bool | None, str]:
-    """Does the target's model class implement SupportsEagle3? (None: cannot tell.)"""
-    try:
-        from vllm.model_executor.models.interfaces import (  # type: ignore[import-not-found]
-            supports_eagle3,
-        )
-    except Exception:
-        return None, "this vLLM has no SupportsEagle3 interface to ask"
-    for arch in archs:
-        model = getattr(registry, "models", {}).get(arch)
-        if model is None:
-            continue
-        try:
-            cls = model.load_model_cls()
-        except Exception as exc:
-            return None, f"cannot load {arch} to ask: {type(exc).__name__}: {exc}"
-        return bool(supports_eagle3(cls)), f"{arch} ({cls.__module__}.{cls.__name__})"
-    return None, f"none of {archs} is in the model registry"
-
-
-def _draft_answer(draft: Mapping[str, Any], registry: Any) -> dict[str, Any]:
-    spec_type = draft.get("speculators_model_type")
-    archs = [str(a) for a in draft.get("architectures") or []]
-    if spec_type:
-        try:
-            algos = importlib.import_module("vllm.transformers_utils.configs.speculators.algos")
-            supported = sorted(getattr(algos, "SUPPORTED_SPECULATORS_TYPES", {}))
-        except ImportError:
-            return {"accepted": False, "format": "speculators", "value": spec_type,
-                    "reason": "this vLLM has no speculators-format support "
-                              "(vllm.transformers_utils.configs.speculators is missing)",
-                    "hint": "export the drafter in the EAGLE format (LlamaForCausalLMEagle3)"
-                            " or use a newer vLLM"}
-        ok = spec_type in supported
-        return {"accepted": ok, "format": "speculators", "value": spec_type,
-                "expected": supported,
-                "reason": f"speculators_model_type {spec_type!r} "
-                          + ("is" if ok else "is not") + f" in {supported}"}
-    renamed, how = None, "EAGLEConfig"
-    try:
-        from vllm.transformers_utils.configs.eagle import (  # type: ignore[import-not-found]
-            EAGLEConfig,
-        )
-        cfg = EAGLEConfig(model=dict(draft), method="eagle3")
-        renamed = [str(a) for a in getattr(cfg, "architectures", None) or []]
-    except Exception as exc:
-        how = f"the documented rename (EAGLEConfig failed: {type(exc).__name__})"
-    if not renamed:
-        renamed = [eagle3_rename(a) for a in archs]
-    supported = _supported_archs(registry) if registry is not None else None
-    if supported is None:
-        return {"accepted": None, "format": "eagle", "value": archs, "renamed": renamed,
-                "reason": "cannot read the model registry"}
-    hits = [a for a in renamed if a in supported]
-    return {"accepted": bool(hits), "format": "eagle", "value": archs, "renamed": renamed,
-            "expected": sorted(a for a in supported if "Eagle3" in a),
-            "reason": f"{how} renames {archs} to {renamed}, "
-                      + (f"{hits[0]} is registered" if hits else
-                         "which this vLLM's model registry does not have")}
-
-
-def probe(target_config: Mapping[str, Any], draft_config: Mapping[str, Any] | None
-          ) -> dict[str, Any]:
-    """The installed vLLM's answer; run it in vLLM's interpreter. Never raises."""
-    try:
-        vllm = importlib.import_module("vllm")
-    except Exception as exc:
-        return {"installed": False, "error": f"{type(exc).__name__}: {exc}"}
-    version = getattr(vllm, "__version__", None)
-    if version is None:
-        try:
-            from importlib.metadata import version as dist_version
-            version = dist_version("vllm")
-        except Exception:
-            version = "unknown"
-    answer: dict[str, Any] = {"installed": True, "source": "installed", "version": version,
-                              "path": os.path.dirname(getattr(vllm, "__file__", "") or "")}
-    model_type = target_model_type(target_config)
-    archs = [str(a) for a in target_config.get("architectures") or []]
-    cls = _speculative_config_class()
-    rule: dict[str, Any]
-    if cls is None:
-        rule = {"kind": "unknown", "reason": "no SpeculativeConfig in vllm.config"}
-    else:
-        try:
-            rule = read_target_rule(inspect.getsource(cls))
-            rule["where"] = ".".join(p for p in (cls.__module__, cls.__qualname__,
-                                                 rule.get("function")) if p)
-        except (OSError, TypeError, SyntaxError) as exc:
-            rule = {"kind": "unknown", "reason": f"cannot read its source: {exc}"}
-    registry = _registry()
-    interface, iface_how = (_target_interface(registry, archs) if registry is not None
-                            else (None, "no model registry to ask"))
-    if rule["kind"] in ("list", "llama-only", "single"):
-        listed = any(s in model_type for s in rule["list"])
-        accepted: bool | None = listed and interface is not False
-        reason = (f"model_type {model_type!r} " + ("matches" if listed else "matches none of")
-                  + f" {rule['list']} ({rule['where']})")
-        if listed and interface is False:
-            reason += f"; but {iface_how} does not implement SupportsEagle3"
-    elif rule["kind"] == "none":
-        accepted = interface
-        reason = (f"no model-type list in {rule.get('where')}; the target class decides: "
-                  + iface_how + ("" if interface is None else
-                                 (" implements SupportsEagle3" if interface else
-                                  " does not implement SupportsEagle3")))
-    else:
-        accepted, reason = None, rule.get("reason", "unknown rule")
-    answer["target"] = {"accepted": accepted, "model_type": model_type, "rule": rule,
-                        "interface": interface, "reason": reason}
-    if draft_config is not None:
-        answer["draft"] = _draft_answer(draft_config, registry)
-    return answer
+PROBE = Path(__file__).with_name("vllm_probe.py")
+# Runs the probe file as __main__ without putting its directory (or the caller's) first
+# on sys.path: pipeline/ holds modules named like common packages (errors, spec, ...).
+_BOOT = ("import runpy, sys; sys.argv = sys.argv[1:]; "
+         "runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 # --- the fallback table ----------------------------------------------------------------------
@@ -254,10 +66,13 @@ class Era:
     keep_suffixed: bool        # EAGLEConfig keeps X...Eagle3 names (else always prefixes)
     speculators: bool          # speculators-format drafters load
     evidence: str
+    read: str | None = None   # the release whose installed code confirmed it
 
 
-#: The eagle3 rules as found in vLLM's source; version bounds are approximate (the rule is
-#: what matters, and the host's own vLLM is always asked first).
+#: The eagle3 rules as found in vLLM's source. ``read``: the release whose installed code
+#: was read to confirm the row (the others come from quotes of vLLM's source in its issues
+#: and changelogs); every bound not read so is approximate. The host's own vLLM is always
+#: asked first.
 FALLBACK_TABLE: tuple[Era, ...] = (
     Era("0.8.0", "0.9.2", "llama-only", ("llama",), False, False,
         'vllm/config.py SpeculativeConfig._verify_args: `"llama" not in '
@@ -279,13 +94,18 @@ FALLBACK_TABLE: tuple[Era, ...] = (
         "vllm/config/speculative.py SpeculativeConfig._verify_args: "
         "aux_hidden_states_supported (also for extract_hidden_states and dflash); the "
         "latest entries (minimax_m2, gemma4) arrived late in this range"),
-    Era("0.21.0", None, "interface", ("llama", "qwen", "minicpm", "gpt_oss", "hunyuan",
-                                      "afmoe", "nemotron_h", "deepseek", "kimi", "minimax",
-                                      "gemma4"), True, True,
-        "vllm/config/speculative.py SpeculativeConfig._verify_args has no model-type list;"
-        " the target class must implement SupportsEagle3 "
-        "(vllm/model_executor/models/interfaces.py), checked at load: 'Model does not "
-        "support EAGLE3 interface'"),
+    Era("0.21.0", None, "interface", ("llama", "mistral", "qwen", "minicpm", "gpt_oss",
+                                      "hunyuan", "afmoe", "nemotron_h", "deepseek_v",
+                                      "kimi_k2", "kimi_k25", "minimax_m2", "gemma4",
+                                      "granite", "apertus", "phi3", "mimo_v2", "plamo3"),
+        True, True,
+        "vllm/config/speculative.py SpeculativeConfig has no model-type list; the target "
+        "class must implement SupportsEagle3 (vllm/model_executor/models/interfaces.py), "
+        "checked when the model loads (v1/worker/gpu_model_runner.py: 'Model does not "
+        "support EAGLE3 interface but aux_hidden_state_outputs was requested'); the "
+        "families are those whose model class implements it in 0.33.0 (llama, deepseek_v2/"
+        "v3 and kimi_k2 through DeepseekV3ForCausalLM, kimi_k25, qwen2/3, gemma4, ...; "
+        "not gemma3); where this era starts is approximate", read="0.33.0"),
 )
 
 
@@ -354,8 +174,10 @@ def fallback_answer(version: str | None, target_config: Mapping[str, Any],
     chosen = era or FALLBACK_TABLE[-1]
     _e, t_ok, d_ok = next(v for v in verdicts if v[0] is chosen)
     span = f"{chosen.first}..{chosen.last or 'newest'}"
+    bounds = (f"read from vLLM {chosen.read}'s code, other versions approximate"
+              if chosen.read else "approximate versions")
     label = (f"FALLBACK (vLLM not importable here; rules for vLLM {span} from the table in "
-             f"pipeline/vllm_compat.py, approximate versions)")
+             f"pipeline/vllm_compat.py, {bounds})")
     hedge = "" if chosen.kind != "interface" else \
         " (families believed to implement SupportsEagle3; unverified without vLLM)"
     target = {"accepted": t_ok, "model_type": model_type, "interface": None,
@@ -382,30 +204,88 @@ def fallback_answer(version: str | None, target_config: Mapping[str, Any],
 
 # --- running the probe in the host's vLLM interpreter ----------------------------------------
 
-def ask(python: str | None, target_config: Mapping[str, Any],
-        draft_config: Mapping[str, Any] | None, timeout: float = 300.0) -> dict[str, Any]:
-    """:func:`probe` in ``python`` (default: this interpreter), in a child process."""
-    with tempfile.TemporaryDirectory(prefix="vllm-compat-") as tmp:
+def ask(python: str | None, request: Mapping[str, Any], timeout: float = 300.0
+        ) -> dict[str, Any]:
+    """:mod:`pipeline.vllm_probe`'s answers in ``python`` (default: this interpreter), in a
+    child process started from a scratch directory. ``request`` as the probe reads it
+    (``ask``, ``target``, ``draft``, ...); a child that cannot run answers every question
+    with ``{"installed": False, "error": ...}``."""
+    questions = list(request.get("ask") or ["compat"])
+    with tempfile.TemporaryDirectory(prefix="vllm-probe-") as tmp:
         inp, out = os.path.join(tmp, "in.json"), os.path.join(tmp, "out.json")
         with open(inp, "w") as fh:
-            json.dump({"target": target_config, "draft": draft_config}, fh)
+            json.dump(dict(request), fh, default=str)
         try:
-            proc = subprocess.run([python or sys.executable, "-m", "pipeline.vllm_compat",
+            proc = subprocess.run([python or sys.executable, "-c", _BOOT, str(PROBE),
                                    "--input", inp, "--out", out], capture_output=True,
-                                  text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                                  text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                                  cwd=tmp)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            return {"installed": False, "error": f"cannot run the probe: {exc}"}
+            failed = {"installed": False, "error": f"cannot run the probe: {exc}"}
+            return {q: failed for q in questions}
         try:
             with open(out) as fh:
                 return dict(json.load(fh))
         except (OSError, ValueError):
             tail = " ".join((proc.stderr or proc.stdout).split())[-300:]
-            return {"installed": False, "error": f"the probe failed (exit {proc.returncode})"
-                                                 f": {tail}"}
+            failed = {"installed": False,
+                      "error": f"the probe failed (exit {proc.returncode}): {tail}"}
+            return {q: failed for q in questions}
 
 
-def cli_version(command: list[str], timeout: float = 120.0) -> str | None:
-    """``vllm --version`` of a server executable (another environment's vLLM)."""
+_VERSION_CODE = ("from importlib.metadata import version; print(version('vllm'))")
+
+
+def _interpreter_of(command: list[str]) -> str | None:
+    """The Python that runs a server command: ``[python, -m, vllm...]`` names it; a
+    console script (``/opt/vllm/bin/vllm``) names it in its ``#!`` line, or sits beside it."""
+    if not command:
+        return None
+    first = command[0]
+    name = os.path.basename(first)
+    if re.fullmatch(r"python(\d+(\.\d+)?)?", name):
+        return first
+    path = first if os.sep in first else (_which(first) or "")
+    if not path or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as fh:
+            line = fh.readline(512).decode("utf-8", "replace").strip()
+    except OSError:
+        line = ""
+    if line.startswith("#!"):
+        parts = line[2:].split()
+        if parts and os.path.basename(parts[0]) == "env" and len(parts) > 1:
+            parts = parts[1:]
+        if parts and "python" in os.path.basename(parts[0]):
+            return parts[0]
+    for sibling in ("python", "python3"):
+        candidate = os.path.join(os.path.dirname(path), sibling)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _which(name: str) -> str | None:
+    from shutil import which
+    return which(name)
+
+
+def package_version(command: list[str], timeout: float = 60.0) -> str | None:
+    """The vLLM version of a server command (another environment's vLLM), read from its
+    interpreter's package metadata: ``vllm --version`` imports the platform and crashes
+    on a machine without a GPU. ``--version`` is only the last resort."""
+    python = _interpreter_of(command)
+    if python:
+        try:
+            proc = subprocess.run([python, "-c", _VERSION_CODE], capture_output=True,
+                                  text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                                  cwd=tempfile.gettempdir())
+            lines = proc.stdout.strip().splitlines()
+            if proc.returncode == 0 and lines and re.fullmatch(r"\d+\.\d+\S*", lines[-1]):
+                return lines[-1]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
     try:
         proc = subprocess.run([*command, "--version"], capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
@@ -416,26 +296,39 @@ def cli_version(command: list[str], timeout: float = 120.0) -> str | None:
     return m.group(1) if m else None
 
 
+def installed_check(answer: Mapping[str, Any], python: str | None) -> Check:
+    """``vllm_installed`` for a probe's ``compat`` answer."""
+    if answer.get("installed"):
+        return Check("vllm_installed", True, value=answer.get("version"),
+                     message=f"vllm {answer.get('version')} at {answer.get('path')}")
+    why = answer.get("error") or "not importable"
+    where = python or sys.executable
+    if "No module named 'vllm'" in why or "not importable" in why:
+        fix = ("install it there (pip install vllm), or set `vllm_python` to the "
+               "interpreter that has it")
+    else:
+        fix = ("vLLM is there but failed to import or answer: run "
+               f"`{where} -c 'import vllm'` to see why")
+    return Check("vllm_installed", False, value=None, expected="vllm importable",
+                 message=f"no usable vLLM in {where} ({why}); {fix}")
+
+
 def compat_checks(target_config: Mapping[str, Any], draft_config: Mapping[str, Any] | None,
                   *, python: str | None = None, version: str | None = None,
-                  command: list[str] | None = None, timeout: float = 300.0
+                  command: list[str] | None = None, timeout: float = 300.0,
+                  answer: Mapping[str, Any] | None = None
                   ) -> tuple[list[Check], dict[str, Any]]:
     """Named checks: vllm_installed, vllm_eagle3_target, vllm_eagle3_drafter (with a
-    drafter); and the raw answer, for metrics."""
-    answer = ask(python, target_config, draft_config, timeout)
-    checks: list[Check] = []
-    if answer.get("installed"):
-        checks.append(Check("vllm_installed", True, value=answer.get("version"),
-                            message=f"vllm {answer.get('version')} at {answer.get('path')}"))
-    else:
-        why = answer.get("error") or "not importable"
+    drafter); and the raw answer, for metrics. ``answer``: a probe's ``compat`` answer
+    already asked (else it is asked here)."""
+    if answer is None:
+        answer = ask(python, {"ask": ["compat"], "target": dict(target_config),
+                              "draft": None if draft_config is None else dict(draft_config)},
+                     timeout)["compat"]
+    checks = [installed_check(answer, python)]
+    if not answer.get("installed"):
         if version is None and command:
-            version = cli_version(command)
-        where = python or sys.executable
-        checks.append(Check("vllm_installed", False, value=None, expected="vllm importable",
-                            message=f"no vLLM in {where} ({why}); install it there "
-                                    "(pip install vllm), or set `vllm_python` to the "
-                                    "interpreter that has it"))
+            version = package_version(command)
         answer = {**fallback_answer(version, target_config, draft_config),
                   "error": answer.get("error")}
     t = answer["target"]
@@ -454,22 +347,4 @@ def compat_checks(target_config: Mapping[str, Any], draft_config: Mapping[str, A
         checks.append(Check("vllm_eagle3_drafter", d["accepted"] is not False,
                             value=d.get("value"), expected=d.get("expected"),
                             message=d["reason"] + (f"; {d['hint']}" if d.get("hint") else "")))
-    return checks, answer
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Ask the installed vLLM whether it serves "
-                                                 "a verifier with an EAGLE-3 drafter.")
-    parser.add_argument("--input", required=True, help="JSON {target: config, draft: config}")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    with open(args.input) as fh:
-        data = json.load(fh)
-    answer = probe(data.get("target") or {}, data.get("draft"))
-    with open(args.out, "w") as fh:
-        json.dump(answer, fh, default=str)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return checks, dict(answer)

@@ -119,3 +119,30 @@ def write_spec(path: Path, hosts: dict, stages: list[dict]) -> Path:
     path.write_text(yaml.safe_dump({"pipeline": "serve-test", "hosts": hosts,
                                     "stages": stages}, sort_keys=False))
     return path
+
+
+def other_python(root: Path, *, paths: list[Path] = (), dists: dict[str, str] | None = None,
+                 scripts: dict[str, str] | None = None) -> Path:
+    """A Python of another environment, as a serving vLLM's usually is: a venv without
+    pip (so it cannot import this project), ``paths`` on its sys.path through a ``.pth``
+    file, ``dists`` installed as bare package metadata (name -> version) and ``scripts``
+    in its ``bin`` (name -> Python source, run by that interpreter). Returns its python."""
+    if not (root / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True,
+                       capture_output=True, timeout=120)
+    python = root / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; "
+                                "print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True,
+                               cwd=root).stdout.strip())
+    (site / "extra_paths.pth").write_text("".join(f"{p}\n" for p in paths))
+    for name, version in (dists or {}).items():
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir(exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\n"
+                                       f"Version: {version}\n")
+    for name, source in (scripts or {}).items():
+        script = root / "bin" / name
+        script.write_text(f"#!{python}\n{source}")
+        script.chmod(0o755)
+    return python
