@@ -1,6 +1,6 @@
 """vLLM's ``/metrics`` (Prometheus text exposition) and the speculative-decoding figures in it.
 
-vLLM exports four spec-decode counters (BRIEF section 6)::
+vLLM exports four spec-decode counters (names and labels checked against vLLM 0.33.0)::
 
     vllm:spec_decode_num_drafts_total{engine="0",model_name="m"}              drafts proposed
     vllm:spec_decode_num_draft_tokens_total{...}                              draft tokens proposed
@@ -23,7 +23,13 @@ What this module copes with, because real servers do it:
 - resets: a counter that went down between scrapes was restarted (the server or one
   engine restarted), so its delta is its new value, and the reset is reported;
 - missing counters: a server without speculation exports none of them, which is reported
-  as such rather than as zero acceptance.
+  as such rather than as zero acceptance;
+- OpenMetrics: when a scrape negotiates it (``Accept: application/openmetrics-text``),
+  prometheus_client (0.26, vLLM 0.33's) escapes the colon in sample names, so
+  ``vllm:spec_decode_num_drafts_total`` arrives as ``vllm_spec_decode_num_drafts_total``
+  (its ``# HELP``/``# TYPE`` lines keep the colon); both spellings are read;
+- aliases: ``--served-model-name a b`` serves one model under two names but labels its
+  counters with the first only; :func:`spec_snapshot` takes every name of the model.
 
 The parser is hand-written on purpose: stage code may import only the standard library
 (prometheus_client's parser is not on a bare GPU image's client side). It accepts the
@@ -115,9 +121,9 @@ def _labels(line: str, pos: int) -> tuple[Labels, int]:
         pos = m.end()
 
 
-def parse_exposition(text: str, prefix: str = "") -> Exposition:
+def parse_exposition(text: str, prefix: str | tuple[str, ...] = "") -> Exposition:
     """Every sample in a Prometheus/OpenMetrics text page whose name starts with
-    ``prefix``; unreadable lines (of those) are listed."""
+    ``prefix`` (or one of several); unreadable lines (of those) are listed."""
     result = Exposition()
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -172,18 +178,26 @@ class SpecSnapshot:
         return tuple(sorted(found))
 
 
-def spec_snapshot(text: str, model: str | None = None) -> SpecSnapshot:
+_SPEC = "vllm:spec_decode_"
+_SPEC_ESCAPED = "vllm_spec_decode_"  # the OpenMetrics spelling
+
+
+def spec_snapshot(text: str, model: str | Iterable[str] | None = None) -> SpecSnapshot:
     """The spec-decode counters in a ``/metrics`` page.
 
-    ``model`` keeps only series whose ``model_name`` label is that name (series without
-    the label are kept: older servers do not set it). Only spec-decode lines are parsed:
-    a vLLM page is mostly histogram buckets, of no use here.
+    ``model`` keeps only series whose ``model_name`` label is that name, or one of those
+    names (a model's aliases: vLLM labels with the first ``--served-model-name``); series
+    without the label are kept: older servers do not set it. Only spec-decode lines are
+    parsed: a vLLM page is mostly histogram buckets, of no use here.
     """
-    page = parse_exposition(text, prefix="vllm:spec_decode_")
-    samples = page.samples
+    page = parse_exposition(text, prefix=(_SPEC, _SPEC_ESCAPED))
+    samples = [s if s.name.startswith(_SPEC) else
+               Sample(_SPEC + s.name[len(_SPEC_ESCAPED):], s.labels, s.value)
+               for s in page.samples]
     names = sorted({s.label("model_name") or "" for s in samples} - {""})
     if model is not None:
-        samples = [s for s in samples if s.label("model_name") in (None, model)]
+        wanted = {model} if isinstance(model, str) else set(model)
+        samples = [s for s in samples if s.label("model_name") in wanted | {None}]
     series = {key: _series(samples, base) for key, base in COUNTERS.items()}
     return SpecSnapshot(series=series, model_names=tuple(names), skipped=tuple(page.skipped))
 

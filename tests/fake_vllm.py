@@ -17,7 +17,10 @@ prompt, so runs repeat). Each step adds 1 draft, k draft tokens and ``a`` accept
 
 Flags to misbehave, for the bad-input tests: ``--fake-die-after`` (exit during start with
 ``--fake-die-message``), ``--fake-never-healthy``, ``--fake-no-spec-metrics``,
-``--fake-eagle3-types`` (refuse a target model_type the way vLLM's allow-list did),
+``--fake-eagle3-types`` (refuse a target model_type the way the allow-list of vLLM
+0.10 to 0.20 did, when the speculative config is parsed), ``--fake-no-eagle3-interface
+ARCHS`` (refuse targets of those architectures the way vLLM 0.33 does: no list, the
+model class lacks ``SupportsEagle3``, found by the engine core when it loads the model),
 ``--fake-engine-child`` (a second process in the group, like vLLM's EngineCore),
 ``--fake-ignore-term`` (only SIGKILL stops it), ``--fake-engines N`` (per-engine labels).
 
@@ -74,6 +77,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--fake-never-healthy", action="store_true")
     s.add_argument("--fake-no-spec-metrics", action="store_true")
     s.add_argument("--fake-eagle3-types", default=None)
+    s.add_argument("--fake-no-eagle3-interface", default=None)
     s.add_argument("--fake-engine-child", action="store_true")
     s.add_argument("--fake-ignore-term", action="store_true")
     s.add_argument("--fake-engines", type=int, default=1)
@@ -96,7 +100,9 @@ class Engine:
                              "per_pos": [0] * self.k, "generation": 0, "prompt": 0,
                              "requests": 0} for e in self.engines}
         self.running = 0
-        self.served_name = (args.served_model_name or [args.model])[0]
+        # vLLM serves every --served-model-name and labels its metrics with the first
+        self.served_names = list(args.served_model_name or [args.model])
+        self.served_name = self.served_names[0]
 
     def steps(self, key: str, max_tokens: int, engine: str):
         """Yield the number of tokens each decoding step emits, counting as vLLM does."""
@@ -200,8 +206,9 @@ def make_handler(engine: Engine, ready: threading.Event):
                     self._json(503, {"error": "starting"})
                     return
                 self._json(200, {"object": "list", "data": [{
-                    "id": engine.served_name, "object": "model", "owned_by": "vllm",
-                    "root": args.model, "max_model_len": args.max_model_len or 4096}]})
+                    "id": name, "object": "model", "owned_by": "vllm",
+                    "root": args.model, "max_model_len": args.max_model_len or 4096}
+                    for name in engine.served_names]})
             elif self.path == "/metrics":
                 self._send(200, engine.metrics().encode(), "text/plain; version=0.0.4")
             elif self.path == "/version":
@@ -229,7 +236,7 @@ def make_handler(engine: Engine, ready: threading.Event):
             else:
                 self._json(404, {"error": {"message": f"no route {self.path}"}})
                 return
-            if body.get("model") not in (None, engine.served_name):
+            if body.get("model") not in (None, *engine.served_names):
                 self._json(404, {"error": {"message": f"The model `{body.get('model')}` "
                                                       "does not exist."}})
                 return
@@ -244,7 +251,7 @@ def make_handler(engine: Engine, ready: threading.Event):
                 kwargs.get("enable_thinking", True) is not False
             think_tokens = max_tokens // 4 if thinking else 0
             prompt_tokens = len(prompt.split())
-            model = engine.served_name
+            model = body.get("model") or engine.served_name
             with engine.lock:
                 engine.counters[e]["prompt"] += prompt_tokens
                 engine.running += 1
@@ -312,6 +319,14 @@ def make_handler(engine: Engine, ready: threading.Event):
     return Handler
 
 
+def target_architectures(model: str) -> list[str]:
+    try:
+        cfg = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [str(a) for a in cfg.get("architectures") or []]
+
+
 def target_model_type(model: str) -> str:
     """What vLLM checks: the text config's model_type (``text_config`` for multimodal)."""
     try:
@@ -343,6 +358,20 @@ def main(argv: list[str]) -> int:
                   f"self.target_model_config.hf_text_config.model_type='{mt}' "
                   "[type=value_error, input_value=ArgsKwargs((), {'method': 'eagle3'}), "
                   "input_type=ArgsKwargs]", flush=True)
+            return 1
+    if spec and args.fake_no_eagle3_interface and spec.get("method") == "eagle3":
+        lacking = {a.strip() for a in args.fake_no_eagle3_interface.split(",") if a.strip()}
+        if lacking & set(target_architectures(args.model)):
+            log("INFO", "gpu_model_runner.py:1", f"Starting to load model {args.model}...")
+            print("(EngineCore_DP0) ERROR [core.py:712] EngineCore failed to start.",
+                  flush=True)
+            print("Traceback (most recent call last):", flush=True)
+            print('  File "vllm/v1/worker/gpu_model_runner.py", line 5174, in load_model',
+                  flush=True)
+            print("RuntimeError: Model does not support EAGLE3 interface but "
+                  "aux_hidden_state_outputs was requested", flush=True)
+            print("RuntimeError: Engine core initialization failed. See root cause above. "
+                  "Failed core proc(s): {}", flush=True)
             return 1
     if args.fake_engine_child:
         # named so tests can find it: the engine process of the server on this port

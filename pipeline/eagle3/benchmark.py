@@ -257,7 +257,26 @@ def _served_model(url: str, api_key: str | None, role: str) -> str:
         raise ActionError(f"{url}/v1/models lists no model") from None
 
 
-def _scrape(url: str, model: str, api_key: str | None) -> SpecSnapshot:
+def _metric_names(url: str, model: str, api_key: str | None) -> list[str]:
+    """Every name the server may label ``model``'s counters with. vLLM labels them with
+    the first ``--served-model-name`` only, while ``/v1/models`` lists each alias as its
+    own card with the same ``root`` (a LoRA adapter's card names its base as ``parent``)."""
+    names = [model]
+    answer = get(f"{url}/v1/models", timeout=10.0, api_key=api_key)
+    try:
+        cards = [c for c in answer.json()["data"] if isinstance(c, dict)] if answer.ok else []
+    except (ValueError, KeyError, TypeError):
+        cards = []
+    mine = next((c for c in cards if c.get("id") == model), None)
+    if mine is not None:
+        base = next((c for c in cards if c.get("id") == mine.get("parent")), mine)
+        names += [str(c.get("id")) for c in cards
+                  if c.get("root") is not None and c.get("root") == base.get("root")
+                  and not c.get("parent")]
+    return list(dict.fromkeys(names))
+
+
+def _scrape(url: str, model: list[str], api_key: str | None) -> SpecSnapshot:
     answer = get(f"{url}/metrics", timeout=10.0, api_key=api_key)
     if not answer.ok:
         raise ActionError(f"cannot read {url}/metrics: {answer.describe()}",
@@ -351,6 +370,7 @@ def run(args: argparse.Namespace) -> StageResult:
     servers.append(("spec", spec_url, args.model or _served_model(spec_url, api_key,
                                                                    "speculative")))
     bodies = {role: _bodies(prompts, args, model) for role, _url, model in servers}
+    labels = {role: _metric_names(url, model, api_key) for role, url, model in servers}
     out_path = args.out or ((args.result.parent if args.result else Path.cwd()) / "bench.json")
     levels: list[Level] = []
     interrupted: Level | None = None
@@ -364,15 +384,15 @@ def run(args: argparse.Namespace) -> StageResult:
                 print(f"warm-up {role}: {len(warm.ok)}/{args.warmup} ok", flush=True)
         for c in concurrency:
             n = plan[c]
-            for role, url, model in servers:
+            for role, url, _model in servers:
                 level = Level(role, url, c, n)
-                before = _scrape(url, model, api_key)
+                before = _scrape(url, labels[role], api_key)
                 try:
                     run_level(level, bodies[role], timeout=args.request_timeout,
                               api_key=api_key)
                 finally:
                     try:
-                        level.spec = spec_delta(before, _scrape(url, model, api_key))
+                        level.spec = spec_delta(before, _scrape(url, labels[role], api_key))
                     except (ActionError, KeyboardInterrupt):
                         level.spec = None
                     levels.append(level)

@@ -124,6 +124,11 @@ def _hint(reason: str) -> str:
     if "only supported for" in reason:
         return ("this vLLM's eagle3 support refuses the verifier's model_type: run the "
                 "preflight stage, and use a vLLM version that accepts it")
+    if "does not support EAGLE3 interface" in reason:
+        return ("this vLLM's model class for the verifier does not implement "
+                "SupportsEagle3 (vLLM 0.21 and later have no model-type list; the class "
+                "decides): run the preflight stage, and use a vLLM whose class for this "
+                "architecture implements it")
     if "out of memory" in reason.lower():
         return "lower max_model_len or gpu_memory_utilization, or raise tensor_parallel_size"
     return "the server's whole log is in the file named above"

@@ -126,3 +126,20 @@ def test_bad_input_fails_with_a_clear_error(tmp_path: Path, fake_server, args: l
     code, doc, out = benchmark(tmp_path, *args)
     assert code != 0
     assert message in (doc.get("error") or out), out
+
+
+def test_a_secondary_served_name_keeps_the_spec_counters(tmp_path: Path, fake_server) -> None:
+    """`--served-model-name primary alias`, benchmarked as `alias`: vLLM labels the
+    counters with the first name only, and they must still be found."""
+    url, record = fake_server("--served-model-name", "primary", "alias", spec=SPEC)
+    models = get(f"{url}/v1/models").json()["data"]
+    assert [m["id"] for m in models] == ["primary", "alias"]
+    assert 'model_name="primary"' in get(f"{url}/metrics").body.decode()
+    code, doc, out = benchmark(tmp_path, "--url", url, "--model", "alias", "--prompts",
+                               CHAT_PROMPTS, "--concurrency", "[1]", "--max-tokens", "16",
+                               "--warmup", "0", "--requests", "3")
+    assert code == 0, out
+    assert all(r["body"]["model"] == "alias" for r in sent(record))
+    checks = {c["name"]: c for c in doc["checks"]}
+    assert checks["spec_decode_metrics"]["passed"], checks["spec_decode_metrics"]
+    assert doc["metrics"]["num_drafts"] > 0 and doc["metrics"]["acceptance_length"] > 1

@@ -128,3 +128,41 @@ def test_inconsistent_counters_are_reported() -> None:
     problems = d.problems()
     assert any("exceed draft tokens" in p for p in problems)
     assert any("rises with position" in p for p in problems)
+
+
+def openmetrics(text: str) -> str:
+    """The same page as prometheus_client 0.26 writes it when a scrape negotiates
+    OpenMetrics: HELP/TYPE name the counter without ``_total`` and keep the colon, while
+    every sample name has the colon escaped to an underscore; ``# EOF`` ends it."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("# "):
+            kind, name, *rest = line[2:].split(" ", 2)
+            out.append(" ".join(["#", kind, name.removesuffix("_total"), *rest]))
+        elif line.startswith("vllm:"):
+            out.append("vllm_" + line[len("vllm:"):])
+        elif line:
+            out.append(line)
+    return "\n".join([*out, "# EOF"]) + "\n"
+
+
+def test_openmetrics_spelling_gives_the_same_figures() -> None:
+    before = page({"0": counts(100, 300, 150, [80, 50, 20])})
+    after = page({"0": counts(1100, 3300, 2250, [900, 850, 500])})
+    assert "vllm_spec_decode_num_drafts_total{" in openmetrics(after)
+    plain = spec_delta(spec_snapshot(before), spec_snapshot(after))
+    escaped = spec_delta(spec_snapshot(openmetrics(before)), spec_snapshot(openmetrics(after)))
+    assert escaped.present and escaped.to_json() == plain.to_json()
+    assert (escaped.drafts, escaped.accepted, escaped.per_position) == (1000, 2100,
+                                                                         [820, 800, 480])
+    # one scrape in each spelling (a proxy that negotiated differently): still one series
+    mixed = spec_delta(spec_snapshot(before), spec_snapshot(openmetrics(after)))
+    assert mixed.to_json() == plain.to_json()
+
+
+def test_a_model_is_kept_by_any_of_its_served_names() -> None:
+    # `--served-model-name primary alias`: vLLM labels the counters with the first name
+    snap = page({"0": counts(10, 30, 12, [6, 4, 2])}, model="primary")
+    assert spec_snapshot(snap, model="alias").present is False
+    kept = spec_snapshot(snap, model=["alias", "primary"])
+    assert kept.present and spec_delta(spec_snapshot(""), kept).drafts == 10
