@@ -282,8 +282,11 @@ class DrafterLayout:
     vocab_size: int | None = None
     draft_vocab_size: int | None = None
     target_hidden_size: int | None = None
-    aux_layer_ids: list[int] | None = None
+    aux_layer_ids: list[int] | None = None     # as the config lists them
     aux_layer_ids_source: str = ""
+    #: fc input blocks vLLM builds: num_aux_hidden_states, else the length of
+    #: eagle_config's ids, else 3 (llama_eagle3.py); ours: one per aux id
+    fc_blocks: int = 3
     norm_before_residual: bool = False
     torch_dtype: str | None = None
     target_num_layers: int | None = None
@@ -338,7 +341,9 @@ def read_layout(directory: Path) -> DrafterLayout:
     lay.vocab_size = _int(llama.get("vocab_size"))
     lay.draft_vocab_size = _int(raw.get("draft_vocab_size"))
     lay.target_hidden_size = _int(raw.get("target_hidden_size"))
-    lay.norm_before_residual = bool(raw.get("norm_before_residual", False))
+    # vLLM's defaults differ by format: the speculators reader (algos.update_eagle3) sets
+    # true when the key is absent; an EAGLE-style config is read with getattr(..., False).
+    lay.norm_before_residual = bool(raw.get("norm_before_residual", fmt == "speculators"))
     lay.torch_dtype = raw.get("torch_dtype") or llama.get("torch_dtype") or raw.get("dtype")
     training = raw.get("eagle3_training") if isinstance(raw.get("eagle3_training"), dict) else {}
     lay.target_num_layers = _int(training.get("target_num_layers")) or (
@@ -351,13 +356,24 @@ def read_layout(directory: Path) -> DrafterLayout:
     if top is not None and nested is not None and list(top) != list(nested):
         lay.problems.append(f"eagle_aux_hidden_state_layer_ids {top} differs from "
                             f"eagle_config.eagle_aux_hidden_state_layer_ids {nested}")
-    chosen = top if top is not None else nested
+    chosen = top if top else nested  # vLLM: an empty top-level list falls through too
     if chosen is not None:
         if isinstance(chosen, list) and all(_int(x) is not None for x in chosen):
             lay.aux_layer_ids = [int(x) for x in chosen]
             lay.aux_layer_ids_source = "config"
         else:
             lay.problems.append(f"aux layer ids are not a list of integers: {chosen!r}")
+    if fmt == "checkpoint":
+        lay.fc_blocks = len(lay.aux_layer_ids or ()) or 3
+    else:
+        # the speculators reader builds vLLM's config from transformer_layer_config and
+        # copies the aux ids to its top level only, so eagle_config is that of the layer
+        # config there
+        base = llama if fmt == "speculators" else raw
+        inner = base.get("eagle_config") if isinstance(base.get("eagle_config"), dict) else {}
+        listed = inner.get("eagle_aux_hidden_state_layer_ids")
+        declared = _int(base.get("num_aux_hidden_states"))
+        lay.fc_blocks = declared or (len(listed) if isinstance(listed, list) and listed else 3)
     if eagle_cfg.get("use_aux_hidden_state") is False:
         lay.problems.append("eagle_config.use_aux_hidden_state is false: vLLM would not "
                             "feed the verifier's aux hidden states to this EAGLE-3 drafter")
@@ -367,6 +383,13 @@ def read_layout(directory: Path) -> DrafterLayout:
 def default_aux_layers(num_layers: int) -> list[int]:
     """vLLM's default for EAGLE-3: ``[2, N // 2, N - 3]`` (HF ``output_hidden_states`` ids)."""
     return [2, num_layers // 2, num_layers - 3]
+
+
+def vllm_aux_order(ids: list[int]) -> list[int]:
+    """The aux ids as vLLM uses them: sorted and de-duplicated
+    (``EagleModelMixin._set_aux_hidden_state_layers``: ``tuple(sorted(set(layers)))``); the
+    target's states are concatenated in this order, whatever order the config lists."""
+    return sorted(set(ids))
 
 
 @dataclass

@@ -1,54 +1,32 @@
 """Compatibility checks: would this host's vLLM serve this verifier with this drafter?
 
-The question is asked of the installed vLLM itself, in its own interpreter
-(:func:`pipeline.vllm_compat.compat_checks`: the target ``model_type`` rule, the drafter
-architecture after ``EAGLEConfig``'s rename, the registry). Where vLLM is not importable,
-the answer comes from the table of known vLLM rules, and every message says FALLBACK.
+The question is asked of the installed vLLM itself, in its own interpreter, in one child
+process (:func:`pipeline.vllm_compat.ask` running :mod:`pipeline.vllm_probe`): the target
+``model_type`` rule, the drafter architecture after ``EAGLEConfig``'s rename, the
+registry, whether its EAGLE-3 Llama model reads ``norm_before_residual``, and what its
+loader does with the checkpoint's tensors. Where vLLM is not importable, the answers come
+from the tables of known vLLM behaviour, and every message says FALLBACK.
 
 Checks: ``vllm_source`` (which vLLM answered, or that the table did: a failure only with
-``require_vllm`` or when the named ``python`` has no vLLM), ``vllm_eagle3_target``, ``vllm_eagle3_drafter``, and
-``vllm_norm_flags``: a drafter trained with ``norm_before_residual`` needs a vLLM whose
-EAGLE-3 Llama model reads that flag; a build that ignores it runs another network than
-the one trained, with no error.
+``require_vllm`` or when the named ``python`` has no vLLM), ``vllm_eagle3_target``,
+``vllm_eagle3_drafter``, ``vllm_norm_flags`` (a drafter trained with
+``norm_before_residual`` needs a vLLM whose EAGLE-3 Llama model reads that flag; a build
+that ignores it runs another network than the one trained, with no error) and
+``vllm_weights`` (:mod:`.checks_vllm_weights`).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+from pathlib import Path
 from typing import Any
 
 from pipeline.actions import Check
-from pipeline.eagle3.checkpoint_files import DrafterLayout
-from pipeline.vllm_compat import compat_checks
-
-# Asked in vLLM's interpreter: does its EAGLE-3 Llama drafter read norm_before_residual?
-_NORM_PROBE = """
-import inspect, json, sys
-try:
-    import vllm
-    from vllm.model_executor.models import llama_eagle3 as m
-except Exception as exc:
-    print(json.dumps({"installed": "vllm" in sys.modules, "error": repr(exc)[:200]}))
-else:
-    src = inspect.getsource(m)
-    print(json.dumps({"installed": True, "version": getattr(vllm, "__version__", None),
-                      "reads": "norm_before_residual" in src, "path": m.__file__}))
-"""
+from pipeline.eagle3.checkpoint_files import DrafterLayout, VerifierInfo, WeightSet, weight_files
+from pipeline.eagle3.checks_vllm_weights import table_sources, vllm_sources, weights_check
+from pipeline.vllm_compat import ask, compat_checks
 
 
-def _norm_probe(python: str | None, timeout: float = 120.0) -> dict[str, Any]:
-    try:
-        proc = subprocess.run([python or sys.executable, "-c", _NORM_PROBE],
-                              capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-        return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
-        return {"installed": False, "error": f"cannot run the probe: {exc}"}
-
-
-def compatibility_checks(target_config: dict[str, Any], layout: DrafterLayout, *,
+def compatibility_checks(verifier: VerifierInfo, layout: DrafterLayout, checkpoint: Path, *,
                          python: str | None = None, version: str | None = None,
                          command: list[str] | None = None, require_vllm: bool = False
                          ) -> tuple[list[Check], dict[str, Any]]:
@@ -60,8 +38,12 @@ def compatibility_checks(target_config: dict[str, Any], layout: DrafterLayout, *
                             expected="eagle or speculators export",
                             message="vLLM cannot load a training checkpoint: export it "
                                     "(eagle3.export) and verify the export"))
-    raw, answer = compat_checks(target_config, draft, python=python, version=version,
-                                command=command)
+    questions = ["compat", "norm"] + (["weights"] if draft is not None else [])
+    answers = ask(python, {"ask": questions, "target": verifier.config, "draft": draft,
+                           "verifier_dir": str(verifier.directory.resolve()),
+                           "drafter_dir": str(Path(checkpoint).resolve())})
+    raw, answer = compat_checks(verifier.config, draft, python=python, version=version,
+                                command=command, answer=answers.get("compat") or {})
     installed = bool(answer.get("installed"))
     changes: list[str] = []
     for c in raw:
@@ -79,21 +61,44 @@ def compatibility_checks(target_config: dict[str, Any], layout: DrafterLayout, *
         checks.append(c)
         if not c.passed:
             changes.append(c.message)
-    norm = _norm_flag_check(layout, python)
+    norm = _norm_flag_check(layout, answers.get("norm") or {})
     checks.append(norm)
     if not norm.passed:
         changes.append(norm.message)
-    metrics = {"vllm_version": answer.get("version"),
-               "vllm_compat_source": "vllm" if installed else "fallback",
-               "vllm_changes_needed": changes}
+    metrics: dict[str, Any] = {"vllm_version": answer.get("version"),
+                               "vllm_compat_source": "vllm" if installed else "fallback",
+                               "vllm_changes_needed": changes}
+    if draft is not None:
+        weights, sources = _weights_check(layout, verifier, checkpoint, installed,
+                                          answer.get("version"), answers.get("weights") or {})
+        checks.append(weights)
+        metrics["vllm_weight_sources"] = sources
+        if not weights.passed:
+            changes.append(weights.message)
     return checks, metrics
 
 
-def _norm_flag_check(layout: DrafterLayout, python: str | None) -> Check:
+def _weights_check(layout: DrafterLayout, verifier: VerifierInfo, checkpoint: Path,
+                   installed: bool, version: str | None, answer: dict[str, Any]
+                   ) -> tuple[Check, dict[str, Any]]:
+    own_vocab = (layout.draft_vocab_size or verifier.vocab_size) != verifier.vocab_size
+    if installed and "checkpoint" in answer:
+        sources = vllm_sources(answer, version)
+        return weights_check(sources, own_vocab=own_vocab), sources
+    with WeightSet.open(weight_files(checkpoint)) as ws:
+        names = list(ws.tensors)
+    sources = table_sources(layout, names, verifier.vocab_size)
+    note = (f"vLLM {version} could not be asked ({answer.get('error')})"
+            if installed and answer.get("error") else "")
+    return weights_check(sources, own_vocab=own_vocab, note=note), sources
+
+
+def _norm_flag_check(layout: DrafterLayout, probe: dict[str, Any]) -> Check:
     if not layout.norm_before_residual:
         return Check("vllm_norm_flags", True, value=False,
                      message="norm_before_residual is off: every vLLM EAGLE-3 build runs it")
-    probe = _norm_probe(python)
+    said = ("" if "norm_before_residual" in layout.raw else
+            " (not in the config: vLLM's speculators reader defaults it to true)")
     if probe.get("installed") and "reads" in probe:
         ok = bool(probe["reads"])
         return Check("vllm_norm_flags", ok, value=True,
@@ -102,8 +107,10 @@ def _norm_flag_check(layout: DrafterLayout, python: str | None) -> Check:
                              + ("reads norm_before_residual" if ok else
                                 f"does not read norm_before_residual ({probe.get('path')}): it "
                                 "would serve the drafter without it and acceptance drops; "
-                                "upgrade vLLM or retrain without --norm-before-residual"))
+                                "upgrade vLLM or retrain without --norm-before-residual")
+                             + said)
     return Check("vllm_norm_flags", True, value=True,
                  message="FALLBACK (no vLLM here to ask): the drafter needs "
-                         "norm_before_residual; make sure the serving vLLM's llama_eagle3.py "
-                         "reads it (builds that ignore it run another network, silently)")
+                         "norm_before_residual" + said + "; make sure the serving vLLM's "
+                         "llama_eagle3.py reads it (builds that ignore it run another "
+                         "network, silently)")

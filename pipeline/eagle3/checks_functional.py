@@ -37,6 +37,7 @@ from pipeline.eagle3.checkpoint_files import (
     default_aux_layers,
     read_layout,
     resolve_checkpoint_dir,
+    vllm_aux_order,
     weight_files,
 )
 from pipeline.eagle3.drafter import DrafterConfig, Eagle3Drafter
@@ -55,6 +56,9 @@ from pipeline.errors import ActionError
 Log = Callable[[str], None]
 
 
+CONFIG_ORDER = "probe:config-order"
+
+
 class NotServable(Exception):
     """The checkpoint cannot be run as a drafter; the message says why."""
 
@@ -63,6 +67,8 @@ class NotServable(Exception):
 class Served:
     model: Eagle3Drafter
     notes: list[str] = field(default_factory=list)
+    #: the aux ids in the config's order (the model runs vLLM's ascending order)
+    config_aux: list[int] = field(default_factory=list)
 
 
 def load_served(path: Path, verifier: Any, device: torch.device, dtype: torch.dtype,
@@ -85,6 +91,19 @@ def load_served(path: Path, verifier: Any, device: torch.device, dtype: torch.dt
     if aux is None:
         aux = default_aux_layers(n_layers)
         notes.append(f"no aux ids in the config: vLLM's default {aux}")
+    served_aux = vllm_aux_order(aux)
+    if len(served_aux) != len(aux):
+        raise NotServable(f"aux layer ids {aux} repeat an id: vLLM de-duplicates them to "
+                          f"{served_aux}, {len(served_aux)} states for an fc that takes "
+                          f"{len(aux)}")
+    if served_aux != aux:
+        notes.append(f"aux ids {aux} fed in vLLM's ascending order {served_aux}")
+    unsupported = [k for k in ("norm_before_fc", "fc_norm", "norm_output")
+                   if _flag(lay, k)]
+    if unsupported:
+        raise NotServable(f"the config sets {', '.join(unsupported)}, which vLLM applies "
+                          "and this verifier's drafter model does not: its figures would "
+                          "not be vLLM's")
     cfg = DrafterConfig(
         hidden_size=lay.hidden_size, intermediate_size=lay.intermediate_size,  # type: ignore[arg-type]
         num_attention_heads=lay.num_attention_heads,  # type: ignore[arg-type]
@@ -92,7 +111,7 @@ def load_served(path: Path, verifier: Any, device: torch.device, dtype: torch.dt
         head_dim=lay.head_dim or lay.hidden_size // lay.num_attention_heads,  # type: ignore[operator]
         vocab_size=lay.vocab_size, draft_vocab_size=lay.draft_vocab_size,  # type: ignore[arg-type]
         target_hidden_size=lay.target_hidden_size or lay.hidden_size,  # type: ignore[arg-type]
-        aux_layer_ids=list(aux), target_num_layers=n_layers,
+        aux_layer_ids=served_aux, target_num_layers=n_layers,
         rms_norm_eps=float((lay.raw.get("transformer_layer_config") or lay.raw)
                            .get("rms_norm_eps", 1e-6)),
         rope_theta=_rope_theta(lay), norm_before_residual=lay.norm_before_residual)
@@ -116,7 +135,12 @@ def load_served(path: Path, verifier: Any, device: torch.device, dtype: torch.dt
         state["t2d"] = t2d
     state["d2t"] = state["d2t"].long()
     state["t2d"] = state["t2d"].bool()
-    state["embed_tokens.weight"] = verifier.get_input_embeddings().weight.detach().cpu()
+    if "embed_tokens.weight" in state and lay.fmt != "checkpoint":
+        # vLLM keeps a checkpoint's own embeddings (shares the target's only when they
+        # are absent or identical)
+        notes.append("the checkpoint's own embed_tokens (vLLM keeps them)")
+    elif "embed_tokens.weight" not in state:
+        state["embed_tokens.weight"] = verifier.get_input_embeddings().weight.detach().cpu()
     model = Eagle3Drafter(cfg)
     try:
         missing_keys, unexpected = model.load_state_dict(
@@ -134,7 +158,15 @@ def load_served(path: Path, verifier: Any, device: torch.device, dtype: torch.dt
     if bool(((ids < 0) | (ids >= cfg.vocab_size)).any()):
         raise NotServable("d2t maps draft ids outside the vocabulary (vLLM would index out "
                           "of range)")
-    return Served(model.to(device=device, dtype=dtype).eval(), notes)
+    return Served(model.to(device=device, dtype=dtype).eval(), notes, list(aux))
+
+
+def _flag(lay: DrafterLayout, key: str) -> bool:
+    """A boolean network flag as vLLM reads it (eagle_config first, for EAGLE configs)."""
+    base = lay.raw.get("transformer_layer_config") if lay.fmt == "speculators" else lay.raw
+    base = base if isinstance(base, dict) else {}
+    inner = lay.raw.get("eagle_config") if isinstance(lay.raw.get("eagle_config"), dict) else {}
+    return bool(inner.get(key, lay.raw.get(key, base.get(key, False))))
 
 
 def _rope_theta(lay: DrafterLayout) -> float:
@@ -332,7 +364,7 @@ def run_functional(*, verifier: Any, tokenizer: Any, checkpoint: Path,
                               where=str(previous)) from None
     t0 = time.perf_counter()
     refs, results, plain = _decode_all(verifier, tokenizer, drafters, prompts, s, device, log)
-    _teacher_force(verifier, drafters, prompts, refs, results, s)
+    _teacher_force(verifier, drafters, prompts, refs, results, s, served.config_aux)
     metrics["functional_seconds"] = round(time.perf_counter() - t0, 2)
     log("[verify] teacher-forced: " + ", ".join(f"{r.name} tau {r.tf_tau:.3f}"
                                                for r in results.values()))
@@ -340,6 +372,8 @@ def run_functional(*, verifier: Any, tokenizer: Any, checkpoint: Path,
     st = ck.stats
     assert st is not None and ck.timer is not None
     proj = ck.projected(plain.timer)
+    measured = plain.per_token / ck.per_token if ck.per_token else None
+    metrics.update(_timing_notes(proj, measured, device))
     metrics.update({
         "tau": round(st.acceptance_length, 4),
         "acceptance_length": round(st.acceptance_length, 4),
@@ -352,7 +386,7 @@ def run_functional(*, verifier: Any, tokenizer: Any, checkpoint: Path,
         "teacher_forced_acceptance": [round(x, 4) for x in ck.tf_acc],
         "teacher_forced_tau": round(ck.tf_tau, 4),
         "projected_speedup": _r(proj),
-        "measured_speedup": _r(plain.per_token / ck.per_token) if ck.per_token else None,
+        "measured_speedup": _r(measured),
         "plain_step_ms": _ms(plain.timer.median("plain")),
         "verify_step_ms": _ms(ck.timer.median("verify")),
         "draft_step_ms": _ms(ck.timer.median("draft")),
@@ -378,7 +412,27 @@ def run_functional(*, verifier: Any, tokenizer: Any, checkpoint: Path,
                 f"k={s.k}; pos1 {st.per_position[0]:.0%}")
     if proj is not None:
         headline += f"; projected {proj:.2f}x"
+    if measured is not None:
+        headline += f", measured {measured:.2f}x"
+    if metrics["timings_indicative"]:
+        headline += " (CPU timings: indicative only)"
     return checks, metrics, headline
+
+
+def _timing_notes(proj: float | None, measured: float | None, device: torch.device
+                  ) -> dict[str, Any]:
+    """How far to trust the two speedups (a gate line shows the note of the metric it
+    used): on a CPU the step costs and the loop's wall clock say little about a GPU."""
+    cpu = device.type == "cpu"
+    notes = {}
+    if proj is not None:
+        notes["projected_speedup"] = "projected from the median step costs" + (
+            f"; the measured loop ran {measured:.2f}x" if measured is not None else "") + (
+            "; CPU timings are indicative only" if cpu else "")
+    if measured is not None:
+        notes["measured_speedup"] = "wall clock of the speculative loop over plain " \
+            "decoding" + ("; CPU timings are indicative only" if cpu else "")
+    return {"metric_notes": notes, "timings_indicative": cpu}
 
 
 def _r(x: float | None) -> float | None:
@@ -451,7 +505,8 @@ def _decode_all(verifier: Any, tokenizer: Any, drafters: dict[str, Eagle3Drafter
 
 def _teacher_force(verifier: Any, drafters: dict[str, Eagle3Drafter],
                    prompts: list[HeldOutPrompt], refs: list[list[int]],
-                   results: dict[str, DrafterResult], s: FunctionalSettings) -> None:
+                   results: dict[str, DrafterResult], s: FunctionalSettings,
+                   config_aux: list[int]) -> None:
     n_layers = int(verifier.config.num_hidden_layers)
     ck = results["checkpoint"]
     probe_sets: dict[str, list[int]] = {}
@@ -460,15 +515,33 @@ def _teacher_force(verifier: Any, drafters: dict[str, Eagle3Drafter],
             moved = [a + shift for a in ck.aux_layer_ids]
             if all(0 <= a < n_layers for a in moved):
                 probe_sets[f"probe:{shift:+d}"] = moved
+        if config_aux and config_aux != ck.aux_layer_ids:
+            # the states in the config's order: does the drafter fit that better than the
+            # ascending order vLLM feeds? Then it was trained in the config's order.
+            probe_sets[CONFIG_ORDER] = list(config_aux)
     sequences = [(p.ids + r, len(p.ids)) for p, r in zip(prompts, refs, strict=True)]
     tf = teacher_forced(verifier, drafters, sequences, s.k, probe_sets)
     for name in drafters:
         results[name].tf = tf[name]
     for label, aux_ids in probe_sets.items():
         gain, t = paired_t(ck.tf.losses, tf[label].losses)
-        ck.probe[str(aux_ids)] = {"tau": acceptance_length(tf[label].acc),
+        key = f"config order {aux_ids}" if label == CONFIG_ORDER else str(aux_ids)
+        ck.probe[key] = {"tau": acceptance_length(tf[label].acc),
                                   "loss": sum(tf[label].losses) / len(tf[label].losses),
                                   "loss_gain": gain, "t": t}
+
+
+def _probe_verdict(key: str, fit: dict[str, float], ck: DrafterResult) -> str:
+    how = f"loss lower by {fit['loss_gain']:.3f}, t {fit['t']:.1f} over the prompts"
+    if key.startswith("config order"):
+        return (f": the drafter fits the states in its config's {key} ({how}) better than "
+                f"in the ascending order {ck.aux_layer_ids} vLLM concatenates them in: it "
+                "was trained in the listed order, and vLLM would feed it permuted inputs. "
+                f"Permute fc.weight's input column blocks to the order {ck.aux_layer_ids} "
+                "and write the ids ascending, or retrain with ascending --aux-layers")
+    return (f": the drafter fits {key} better ({how}), so its config's aux ids are off by "
+            "one (SGLang/SpecForge count one lower than HF output_hidden_states); fix "
+            "eagle_aux_hidden_state_layer_ids")
 
 
 def _checks(results: dict[str, DrafterResult], s: FunctionalSettings,
@@ -517,24 +590,23 @@ def _checks(results: dict[str, DrafterResult], s: FunctionalSettings,
                                    for k, v in ck.probe.items()}}
         shown = ", ".join(f"{k} tau {v['tau']:.3f} loss {v['loss']:.3f}"
                           for k, v in ck.probe.items())
+        better = {k: v for k, v in ck.probe.items()
+                  if v["t"] >= s.probe_t and v["loss_gain"] >= s.probe_rel * ck.tf_loss}
         if not learned:
-            # A drafter without signal fits every layer set equally badly: nothing to judge.
-            metrics["aux_probe"]["judged"] = False
-        else:
-            better = {k: v for k, v in ck.probe.items()
-                      if v["t"] >= s.probe_t and v["loss_gain"] >= s.probe_rel * ck.tf_loss}
+            # A drafter without signal fits every shifted set equally badly: nothing to
+            # judge there. One that fits its config's order clearly better than vLLM's
+            # is another matter: that is why it has no signal as vLLM feeds it.
+            better = {k: v for k, v in better.items() if k.startswith("config order")}
+            metrics["aux_probe"]["judged"] = bool(better)
+        if learned or better:
             worst = max(better.items(), key=lambda kv: kv[1]["t"]) if better else None
             checks.append(Check(
                 "aux_layer_probe", worst is None,
                 value=worst[0] if worst else ck.aux_layer_ids,
-                expected=f"the configured ids {ck.aux_layer_ids} fit best",
-                message=f"configured {ck.aux_layer_ids}: tau {ck.tf_tau:.3f} loss "
-                        f"{ck.tf_loss:.3f}; shifted by one: {shown}"
-                + ("" if worst is None else
-                   f": the drafter fits {worst[0]} better (loss lower by "
-                   f"{worst[1]['loss_gain']:.3f}, t {worst[1]['t']:.1f} over the prompts), so "
-                   "its config's aux ids are off by one (SGLang/SpecForge count one lower "
-                   "than HF output_hidden_states); fix eagle_aux_hidden_state_layer_ids")))
+                expected=f"the ids {ck.aux_layer_ids}, in vLLM's order, fit best",
+                message=f"configured {ck.aux_layer_ids} (as vLLM feeds them): tau "
+                        f"{ck.tf_tau:.3f} loss {ck.tf_loss:.3f}; probed: {shown}"
+                + ("" if worst is None else _probe_verdict(worst[0], worst[1], ck))))
 
     gap = abs(ck.tau - ck.tf_tau)
     checks.append(Check(

@@ -42,6 +42,7 @@ from pipeline.eagle3.checkpoint_files import (
     WeightSet,
     default_aux_layers,
     read_layout,
+    vllm_aux_order,
     weight_files,
 )
 
@@ -189,19 +190,35 @@ def _config_checks(rep: StructuralReport, lay: DrafterLayout, v: VerifierInfo) -
                      f"{v.hidden_size}: the drafter reads the verifier's embeddings, so "
                      "they must match")
 
+    _aux_checks(rep, lay, v)
+
+
+def _aux_checks(rep: StructuralReport, lay: DrafterLayout, v: VerifierInfo) -> None:
+    """``aux_layer_ids``: ids vLLM can feed this drafter; ``aux_layer_order``: listed as vLLM
+    uses them. vLLM sorts and de-duplicates the ids and concatenates the target's states in
+    ascending layer order, whatever order the config lists them in."""
     n = v.num_layers
     aux = lay.aux_layer_ids
     default = default_aux_layers(n)
     if aux is None:
         aux = default
         lay.aux_layer_ids_source = "vLLM default"
+    served = vllm_aux_order(aux)
     rep.metrics["aux_layer_ids"] = aux
+    rep.metrics["vllm_aux_layer_ids"] = served
     bad = [a for a in aux if not 0 <= a < n]
     problems = []
     if bad:
         problems.append(f"ids {bad} are outside the verifier's layers 0..{n - 1}")
-    if len(set(aux)) != len(aux):
-        problems.append(f"repeated ids {aux}")
+    if len(served) != len(aux):
+        repeated = sorted({a for a in aux if aux.count(a) > 1})
+        problems.append(f"{repeated} repeated in {aux}: vLLM de-duplicates them and feeds "
+                        f"{len(served)} states {served} to an fc built for {lay.fc_blocks}, "
+                        "which fails at the first step; choose distinct ids")
+    elif len(served) != lay.fc_blocks:
+        problems.append(f"{len(served)} aux ids but vLLM builds fc for {lay.fc_blocks} states "
+                        "(num_aux_hidden_states, else the length of eagle_config's ids, "
+                        "else 3)")
     if lay.target_num_layers and lay.target_num_layers != n:
         problems.append(f"trained for a {lay.target_num_layers}-layer verifier, this one has {n}")
     convention = ("vLLM's default [2, N//2, N-3]" if aux == default else
@@ -209,10 +226,20 @@ def _config_checks(rep: StructuralReport, lay: DrafterLayout, v: VerifierInfo) -
                   "count one lower than Hugging Face's output_hidden_states; if these ids "
                   "came from such a config, add one (aux_layer_probe measures it)"
                   if aux == [a - 1 for a in default] else "custom ids")
-    rep.add("aux_layer_ids", not problems, value=aux, expected=f"in 0..{n - 1}",
+    rep.add("aux_layer_ids", not problems, value=aux, expected=f"distinct, in 0..{n - 1}",
             message="; ".join(problems) if problems else
             f"{lay.aux_layer_ids_source}; id k = input of decoder layer k "
             f"(HF output_hidden_states[k]); {convention}")
+    if len(served) == len(aux):
+        ordered = served == aux
+        rep.add("aux_layer_order", ordered, value=aux, expected=served,
+                message="ascending, the order vLLM concatenates the states in" if ordered else
+                f"{aux} is not ascending: vLLM sorts the ids and feeds the states as "
+                f"{served}, so a drafter trained in the config's order gets its fc input "
+                f"blocks permuted, silently. Write the ids as {served}; if the drafter was "
+                "trained in the listed order, permute fc.weight's column blocks to match "
+                "(the functional checks run vLLM's order, and aux_layer_probe says which "
+                "order the drafter fits)")
 
 
 # -- weights -----------------------------------------------------------------------------
@@ -233,7 +260,7 @@ def _expected_shapes(lay: DrafterLayout, v: VerifierInfo, ws: WeightSet
     d = lay.draft_vocab_size
     heads, kv, hd = lay.num_attention_heads, lay.num_key_value_heads, lay.head_dim
     inter = lay.intermediate_size
-    n_aux = len(lay.aux_layer_ids or default_aux_layers(v.num_layers))
+    n_aux = lay.fc_blocks
 
     def shape(*dims: int | None) -> list[int] | None:
         return None if any(x is None for x in dims) else [int(x) for x in dims]  # type: ignore[arg-type]

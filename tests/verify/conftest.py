@@ -1,12 +1,14 @@
-"""One good tiny drafter checkpoint, built once with the EAGLE-3 stages, and broken copies.
+"""One good tiny drafter checkpoint, built with the EAGLE-3 stages, and broken copies.
 
-The stages run in-process as the runner starts them (``tests.eagle3.conftest`` helpers): a
-tiny reasoning verifier (7 layers, hidden 64), 600 synthetic chats, vocab mapping, five
-epochs of drafter training, export in vLLM's EAGLE format. Larger than the EAGLE-3 tests'
-own fixture: a drafter must be good enough (acceptance length ~3 at k=3) for "it fell" to
-be measurable. Held-out prompts are the verifier stage's prompt file (another seed than
-the drafter's samples). Each broken variant is a copy of the good directory with one
-thing changed, the way such checkpoints arise in practice (``VARIANTS``).
+``tests.verify.build_good`` runs the stages as the runner starts them: a tiny reasoning
+verifier (7 layers, hidden 64), 600 synthetic chats, vocab mapping, five epochs of drafter
+training, export in vLLM's EAGLE format. Larger than the EAGLE-3 tests' own fixture: a
+drafter must be good enough (acceptance length ~3 at k=3) for "it fell" to be measurable.
+It is cached between sessions while the files the build imports are unchanged, so a
+loaded machine pays for it once. Held-out prompts are the verifier stage's prompt file
+(another seed than the drafter's samples). Each broken variant is a copy of the good
+directory with one thing changed, the way such checkpoints arise in practice
+(``VARIANTS``).
 """
 
 from __future__ import annotations
@@ -25,38 +27,21 @@ pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from pipeline.actions import StageResult, params_to_argv, read_result  # noqa: E402
-from tests.eagle3.conftest import ok, run_stage, synthetic_samples, write_jsonl  # noqa: E402
 
 # Small enough for the test budget, large enough for stable acceptance figures.
-FUNCTIONAL = {"samples": 10, "max_new_tokens": 64, "k": 3, "device": "cpu", "threads": 2}
+FUNCTIONAL = {"samples": 6, "max_new_tokens": 48, "k": 3, "device": "cpu", "threads": 1}
 
 
 @pytest.fixture(scope="session")
-def good(tmp_path_factory) -> dict[str, Any]:
-    from pipeline.eagle3 import clean, export, hidden_states, tokenize, train, verifier, vocab
+def good(request, tmp_path_factory) -> dict[str, Any]:
+    """Built once (``tests.verify.build_good``, about 100 s on a quiet 2-core machine) and
+    kept in pytest's cache until a file the build imports changes; a session without the
+    cache plugin builds it in a temporary directory."""
+    from tests.verify.build_good import cached
 
-    root = tmp_path_factory.mktemp("verify-good")
-    rc, result = run_stage(
-        verifier, root, out=root / "verifier", prompts_out=root / "prompts.jsonl", prompts=24,
-        seed=0, vocab_size=400, corpus_files=6, hidden_size=64, layers=7, heads=4, kv_heads=2,
-        intermediate_size=128, train_samples=2000, steps=120, batch_size=32, lr=0.003,
-        check_prompts=4, min_reasoning_rate=0.0, device="cpu")
-    assert rc == 0 and result is not None and result.ok, result
-    v = root / "verifier"
-    samples = write_jsonl(root / "generated" / "samples.jsonl", synthetic_samples(600, 1))
-    ok(clean, root, samples=samples, out=root / "clean", require_think=True)
-    ok(tokenize, root, samples=root / "clean", verifier=v, out=root / "tokens")
-    ok(hidden_states, root, tokens=root / "tokens", verifier=v, out=root / "hidden",
-       shard_tokens=8000, batch_tokens=2048, device="cpu", dtype="float32")
-    ok(vocab, root, freqs=root / "tokens", verifier=v, draft_vocab=128,
-       out=root / "vocab.safetensors")
-    ok(train, root, hidden_states=root / "hidden", verifier=v, vocab=root / "vocab.safetensors",
-       out=root / "train", epochs=5, ttt_steps=3, lr=0.003, batch_size=16, batch_tokens=2048,
-       holdout=0.1, device="cpu", log_every=1000)
-    ok(export, root, checkpoint=root / "train", out=root / "drafter", format="eagle",
-       dtype="bfloat16")
-    return {"dir": root / "drafter", "verifier": v, "prompts": root / "prompts.jsonl",
-            "exclude": samples, "train": root / "train", "root": root}
+    cache = getattr(request.config, "cache", None)
+    cache_dir = Path(cache.mkdir("verify-good")) if cache is not None else None
+    return cached(cache_dir, tmp_path_factory.mktemp("verify-good"))
 
 
 def verify_params(good: dict[str, Any], checkpoint: Path, functional: bool = True,
@@ -164,6 +149,28 @@ def _aux_off_by_one(c: dict[str, Any]) -> None:
     c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = shifted
 
 
+LISTED = [4, 2, 3]  # a non-ascending order: vLLM feeds the states as [2, 3, 4] whatever
+
+
+def _fc_blocks_in_listed_order(t: dict[str, Any]) -> None:
+    """fc as a drafter trained with ``--aux-layers 4,2,3`` in config order has it: its
+    input column blocks take h4, h2, h3 (the good drafter's blocks take h2, h3, h4)."""
+    w = t["fc.weight"]
+    blocks = dict(zip([2, 3, 4], w.chunk(3, dim=1), strict=True))
+    t["fc.weight"] = torch.cat([blocks[a] for a in LISTED], dim=1).contiguous()
+
+
+def _aux_listed(c: dict[str, Any]) -> None:
+    c["eagle_aux_hidden_state_layer_ids"] = list(LISTED)
+    c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = list(LISTED)
+
+
+def _aux_repeated(c: dict[str, Any]) -> None:
+    """What the default [2, N//2, N-3] gives on a 6-layer verifier: [2, 3, 3]."""
+    c["eagle_aux_hidden_state_layer_ids"] = [2, 3, 3]
+    c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 3, 3]
+
+
 # name -> (edit tensors, edit config)
 VARIANTS: dict[str, tuple[Callable | None, Callable | None]] = {
     "no_d2t": (_no_d2t, None),
@@ -177,6 +184,11 @@ VARIANTS: dict[str, tuple[Callable | None, Callable | None]] = {
     "lm_head_permuted": (_lm_head_permuted, None),
     "aux_off_by_one": (None, _aux_off_by_one),
     "random_weights": (_random_weights, None),
+    # trained in the listed order [4, 2, 3]: vLLM feeds it permuted states
+    "aux_order_trained": (_fc_blocks_in_listed_order, _aux_listed),
+    # the good drafter with its ids listed as [4, 2, 3]: vLLM serves it as before
+    "aux_order_listed": (None, _aux_listed),
+    "aux_repeated": (None, _aux_repeated),
 }
 
 

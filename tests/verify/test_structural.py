@@ -111,8 +111,7 @@ def test_aux_ids_out_of_range_and_unknown_tensors(good, tmp_path):
 
 def test_speculators_export_and_training_checkpoint_are_read(good, tmp_path):
     from pipeline.eagle3 import export
-
-    from .conftest import ok
+    from tests.eagle3.conftest import ok
 
     ok(export, tmp_path, checkpoint=good["train"], out=tmp_path / "spec", format="speculators",
        dtype="float32")
