@@ -2,6 +2,12 @@
 
 One judgement, used by the runner (to complete or block a todo, and to word the reason)
 and by the TUI's verification panel (to show each threshold against what was measured).
+
+An action may say how far to trust a metric: ``metrics["metric_notes"]`` maps a metric
+name to a short note (``eagle3.verify`` on a CPU: ``projected_speedup`` is "projected from
+the median step costs; the measured loop ran 0.45x; CPU timings are indicative only").
+Each line and each blocked reason that uses the metric carries its note, so a gate passed
+on a projection says so.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ class GateItem:
     passed: bool
     where: str = ""                 # "pos2 " when one position of a list is shown
     limit: Any = None               # the threshold shown (that position's, for a list)
+    note: str = ""                  # how far to trust the metric (the action's word)
 
     def __post_init__(self) -> None:
         if self.limit is None:
@@ -35,14 +42,16 @@ class GateItem:
         if self.value is None:
             return f"{self.metric} missing (gate needs {self.op} {_fmt(self.limit)})"
         return (f"{self.metric} {self.where}{_fmt(self.value)} "
-                f"{'meets' if self.passed else 'fails'} {self.op} {_fmt(self.limit)}")
+                f"{'meets' if self.passed else 'fails'} {self.op} {_fmt(self.limit)}"
+                + (f" ({self.note})" if self.note else ""))
 
     @property
     def needs(self) -> str:
         """``projected_speedup ≥ 1.1 (measured 0.66)``, for a blocked todo's reason."""
         sign = "≥" if self.op == ">=" else "≤"
         measured = "missing" if self.value is None else f"measured {_fmt(self.value)}"
-        return f"{self.metric} {self.where}{sign} {_fmt(self.limit)} ({measured})"
+        note = f"; {self.note}" if self.note and self.value is not None else ""
+        return f"{self.metric} {self.where}{sign} {_fmt(self.limit)} ({measured}{note})"
 
 
 def _fmt(x: Any) -> str:
@@ -62,6 +71,8 @@ def gate_items(gate: dict[str, Any], metrics: dict[str, Any]) -> list[GateItem]:
     entry (position 1), or by a list entry by entry (``[0.6, 0.4]``: positions 1 and 2).
     """
     items = []
+    notes = metrics.get("metric_notes")
+    notes = notes if isinstance(notes, dict) else {}
     for key, threshold in gate.items():
         if key.startswith("min_"):
             metric, op = key[4:], ">="
@@ -90,6 +101,9 @@ def gate_items(gate: dict[str, Any], metrics: dict[str, Any]) -> list[GateItem]:
             items.append(GateItem(key, metric, op, threshold, value, good(value, threshold)))
         else:
             items.append(GateItem(key, metric, op, threshold, None, False))
+        note = notes.get(items[-1].metric)
+        if isinstance(note, str):
+            items[-1].note = note
     return items
 
 

@@ -3,6 +3,7 @@ measured numbers in its reason; a good one completes with the numbers noted on i
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -44,12 +45,14 @@ def test_gate_blocks_the_bad_drafter_and_passes_the_good(good, variants, tmp_pat
 
         assert bad.status == "blocked"
         reason = bad.blocked_reason
-        # "r2 failed: gate failed: acceptance 0% (τ 1.00) at k=3; pos1 0%; projected 0.52x;
+        # "r2 failed: gate failed: acceptance 0% (τ 1.00) at k=3; pos1 0%; projected 0.52x,
+        #  measured 0.49x (CPU timings: indicative only);
         #  gate needs acceptance_length ≥ 2 (measured 1), position_acceptance pos1 ≥ 0.5
         #  (measured 0), projected_speedup ≥ 1 (measured 0.5152); check lm_head_rows ..."
         assert re.search(r"gate failed: acceptance \d+% \(τ 1\.\d\d\) at k=3; pos1 \d+%; "
-                         r"projected \d\.\d\dx; gate needs acceptance_length ≥ 2 \(measured "
-                         r"1(\.\d+)?\)", reason), reason
+                         r"projected \d\.\d\dx, measured \d\.\d\dx \(CPU timings: indicative "
+                         r"only\); gate needs acceptance_length ≥ 2 \(measured 1(\.\d+)?\)",
+                         reason), reason
         assert "position_acceptance pos1 ≥ 0.5 (measured 0" in reason
         assert "check lm_head_rows failed" in reason
 
@@ -68,3 +71,70 @@ def test_gate_blocks_the_bad_drafter_and_passes_the_good(good, variants, tmp_pat
         assert good_row.gate == GATE
         assert good_row.metrics["acceptance_length"] >= 2.0
         assert bad_row.verdict.startswith("acceptance ") and "gate failed" in bad_row.verdict
+
+
+# CPU figures of the tiny pipeline's verify stage as the issue reported them.
+CPU_METRICS = {"projected_speedup": 1.42, "measured_speedup": 0.445,
+               "timings_indicative": True,
+               "metric_notes": {"projected_speedup": "projected from the median step costs; "
+                                                     "the measured loop ran 0.45x; CPU "
+                                                     "timings are indicative only",
+                                "measured_speedup": "wall clock of the speculative loop over "
+                                                    "plain decoding; CPU timings are "
+                                                    "indicative only"}}
+
+
+def test_gate_lines_say_which_number_was_used_and_how_far_to_trust_it():
+    from harness.gates import gate_items
+    from harness.runner import evaluate_gate
+
+    ok, lines = evaluate_gate({"min_projected_speedup": 1.1}, CPU_METRICS)
+    assert ok and lines == ["projected_speedup 1.42 meets >= 1.1 (projected from the median "
+                            "step costs; the measured loop ran 0.45x; CPU timings are "
+                            "indicative only)"]
+    (item,) = gate_items({"min_measured_speedup": 1.0}, CPU_METRICS)
+    assert not item.passed and item.metric == "measured_speedup" and item.value == 0.445
+    assert item.needs == ("measured_speedup ≥ 1 (measured 0.445; wall clock of the "
+                          "speculative loop over plain decoding; CPU timings are indicative "
+                          "only)")
+    # a metric without a note reads as before
+    (plain,) = gate_items({"min_acceptance_length": 2.0}, {"acceptance_length": 2.5})
+    assert plain.line == "acceptance_length 2.5 meets >= 2"
+
+
+def test_harness_check_accepts_a_measured_speedup_gate(tmp_path):
+    from pipeline.eagle3.verify import GATE_METRICS
+
+    assert "measured_speedup" in GATE_METRICS and "projected_speedup" in GATE_METRICS
+    spec = tmp_path / "verify.yaml"
+    spec.write_text(yaml.safe_dump({
+        "pipeline": "verify-measured", "hosts": {"local": {"workdir": str(tmp_path / "w")}},
+        "stages": [{"name": "verify", "action": "eagle3.verify",
+                    "with": {"checkpoint": "drafter", "verifier": "verifier",
+                             "data": "prompts.jsonl", "device": "cpu"},
+                    "gate": {"min_measured_speedup": 1.0, "min_projected_speedup": 1.1}}]}))
+    r = run_cli(["check", str(spec)])
+    assert r.code == 0, r.err
+    assert "pipeline verify-measured, 1 stage(s)" in r.out
+
+
+def test_a_measured_speedup_gate_holds_the_loop_not_the_projection(good, db_url):
+    """On this CPU the loop runs slower than plain decoding: a gate on the measured
+    speedup fails with the measured figure, and says it is only indicative here."""
+    r = run_cli(["--db", db_url, "verify", str(good["dir"]), "--verifier",
+                 str(good["verifier"]), "--data", str(good["prompts"]), "--exclude",
+                 str(good["exclude"]), "--samples", "3", "--max-new-tokens", "32",
+                 "--device", "cpu", "--gate", "min_measured_speedup=1000",
+                 "--gate", "min_projected_speedup=0", "--json"])
+    assert r.code == 1, r.err
+    out = json.loads(r.out)
+    m = out["result"]["metrics"]
+    assert m["timings_indicative"] is True
+    assert "(CPU timings: indicative only)" in out["result"]["summary"]
+    assert f"measured {m['measured_speedup']:.2f}x" in out["verdict"]
+    assert (f"measured_speedup ≥ 1000 (measured {m['measured_speedup']:.4g}; wall clock of "
+            "the speculative loop") in out["verdict"]
+    assert "CPU timings are indicative only" in out["verdict"]
+    projected = next(line for line in out["gate_lines"] if line.startswith("projected"))
+    assert "meets >= 0 (projected from the median step costs; the measured loop ran" \
+        in projected
