@@ -178,8 +178,10 @@ def fallback_answer(version: str | None, target_config: Mapping[str, Any],
               if chosen.read else "approximate versions")
     label = (f"FALLBACK (vLLM not importable here; rules for vLLM {span} from the table in "
              f"pipeline/vllm_compat.py, {bounds})")
-    hedge = "" if chosen.kind != "interface" else \
-        " (families believed to implement SupportsEagle3; unverified without vLLM)"
+    hedge = "" if chosen.kind != "interface" else (
+        " (families whose model class implements SupportsEagle3"
+        + (f" in vLLM {chosen.read}" if chosen.read else "")
+        + "; this host's classes were not asked)")
     target = {"accepted": t_ok, "model_type": model_type, "interface": None,
               "rule": {"kind": chosen.kind, "list": list(chosen.targets)},
               "reason": f"{label}: model_type {model_type!r} "

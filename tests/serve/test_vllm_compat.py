@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
@@ -25,10 +24,13 @@ SPECULATORS = {"architectures": ["Eagle3Speculator"], "speculators_model_type": 
 
 @pytest.fixture
 def with_vllm(monkeypatch: pytest.MonkeyPatch):
-    """Put one stand-in vllm package on PYTHONPATH for the probe's child interpreter."""
+    """Put one stand-in vllm package on PYTHONPATH for the probe's child interpreter, and
+    nothing else: the probe must not need this project on the path."""
     def use(variant: str | None) -> None:
-        paths = [str(ROOT)] + ([str(STANDIN_VLLM / variant)] if variant else [])
-        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
+        if variant:
+            monkeypatch.setenv("PYTHONPATH", str(STANDIN_VLLM / variant))
+        else:
+            monkeypatch.delenv("PYTHONPATH", raising=False)
     return use
 
 
@@ -119,3 +121,18 @@ def test_era_lookup_and_the_table_is_ordered() -> None:
 def test_the_rule_is_read_from_source(source: str, kind: str, listed) -> None:
     rule = read_target_rule(source)
     assert rule["kind"] == kind and rule.get("list") == listed
+
+
+@pytest.mark.parametrize("model_type, accepted", [
+    ("kimi_k2", True), ("kimi_k25", True), ("deepseek_v3", True), ("llama", True),
+    ("qwen3", True), ("gemma3_text", False)])
+def test_the_table_for_vllm_0_33_is_what_its_code_says(with_vllm, model_type, accepted) -> None:
+    """Read from vLLM 0.33.0: no model-type list; these families' classes implement
+    SupportsEagle3 (DeepseekV3ForCausalLM serves deepseek_v3 and kimi_k2), Gemma 3's not."""
+    with_vllm(None)
+    target = {"architectures": ["X"], "model_type": model_type}
+    checks, answer = compat_checks(target, EAGLE, version="0.33.0")
+    assert answer["era"] == "0.21.0..newest"
+    assert checks[1].passed is accepted
+    assert "read from vLLM 0.33.0's code, other versions approximate" in checks[1].message
+    assert "SupportsEagle3" in checks[1].message

@@ -1,7 +1,7 @@
 """Build the verify tests' good tiny drafter, once, and keep it while its inputs hold.
 
-``python -m tests.verify.build_good OUT`` runs the EAGLE-3 stages in-process as the runner
-starts them: a tiny reasoning verifier (7 layers, hidden 64), 600 synthetic chats, vocab
+``python -m tests.verify.build_good OUT`` (or ``--cache DIR``) runs the EAGLE-3 stages
+in-process as the runner starts them: a tiny reasoning verifier (7 layers, hidden 64), 600 synthetic chats, vocab
 mapping, drafter training, export in vLLM's EAGLE format; then writes ``OUT/manifest.json``
 naming every file of this repository the build imported, with its sha256, and the
 versions of the libraries that shape the numbers.
@@ -11,7 +11,9 @@ directory) is reused when every file in its manifest still has the recorded dige
 the versions match, so editing the verification code does not rebuild it, while editing
 a stage, the task generator or these parameters does. The build runs in a child process:
 its ``sys.modules`` at the end are exactly what it depended on, and the thread count is
-set before torch starts. Concurrent sessions wait on a lock rather than build twice.
+set before torch starts. Concurrent sessions wait on a lock rather than build twice, and a
+session whose tests need the drafter starts the build as soon as they are collected
+(:func:`start`), so in a full run it overlaps the tests before them.
 """
 
 from __future__ import annotations
@@ -29,13 +31,17 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = "manifest.json"
+ENTRY = "good"
 LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors")
 
 # Small enough for the test budget, large enough for a drafter whose acceptance length is
-# well above 2 at k=3 (the tests measure that it falls when something is broken).
+# well above 2 at k=3 (the tests measure that it falls when something is broken) and whose
+# loss tells its aux layers apart (the probe's paired t about 6 to 8). Measured: 120
+# verifier steps of 16 give tau 3.18 in 60% of the time of 120 steps of 32 (tau 3.05);
+# 80 of 24 gave 2.56, 60 of 32 gave 2.50 with a probe t near 1 (docs/PERFORMANCE.md).
 VERIFIER = {"prompts": 24, "seed": 0, "vocab_size": 400, "corpus_files": 6, "hidden_size": 64,
             "layers": 7, "heads": 4, "kv_heads": 2, "intermediate_size": 128,
-            "train_samples": 2000, "steps": 120, "batch_size": 32, "lr": 0.003,
+            "train_samples": 2000, "steps": 120, "batch_size": 16, "lr": 0.003,
             "check_prompts": 4, "min_reasoning_rate": 0.0, "device": "cpu"}
 SAMPLES = 600
 TRAIN = {"epochs": 5, "ttt_steps": 3, "lr": 0.003, "batch_size": 16, "batch_tokens": 2048,
@@ -123,43 +129,76 @@ def _params() -> dict[str, Any]:
 
 def cached(cache_dir: Path | None, scratch: Path) -> dict[str, Any]:
     """The good drafter's paths: from ``cache_dir`` when valid, else built there (or, with
-    no cache, in ``scratch``), by a child process."""
+    no cache, in ``scratch``), by a child process. A build already running (see
+    :func:`start`) is waited for rather than repeated."""
     if cache_dir is None:
-        _build_in_child(scratch)
+        _run_child([str(scratch)])
         return paths(scratch)
+    _run_child(["--cache", str(cache_dir)])
+    return paths(cache_dir / ENTRY)
+
+
+def start(cache_dir: Path, log: Path) -> subprocess.Popen | None:
+    """Begin making the cache entry in the background, unless it is valid already: the
+    session's first test that needs it then waits only for what is left."""
+    if valid(cache_dir / ENTRY):
+        return None
     cache_dir.mkdir(parents=True, exist_ok=True)
-    entry = cache_dir / "good"
-    with open(cache_dir / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another session building: wait for its result
-        if not valid(entry):
-            # built in place (its configs record absolute paths); the manifest, written
-            # last, marks it complete
-            shutil.rmtree(entry, ignore_errors=True)
-            _build_in_child(entry)
-    return paths(entry)
+    with open(log, "w") as out:
+        return subprocess.Popen(_child_argv(["--cache", str(cache_dir)]), cwd=ROOT,
+                                env=_child_env(), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def _build_in_child(out: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-           "OMP_NUM_THREADS": "1"}  # two threads on a loaded 2-core box: twice the time
-    proc = subprocess.run([sys.executable, "-m", "tests.verify.build_good", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+def _child_argv(args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "tests.verify.build_good", *args]
+
+
+def _child_env() -> dict[str, str]:
+    path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    # one thread: two on a loaded 2-core box took 2.5 times as long (218 s against 88 s)
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+
+
+def _run_child(args: list[str]) -> None:
+    proc = subprocess.run(_child_argv(args), cwd=ROOT, env=_child_env(), capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
         raise RuntimeError(f"building the good drafter failed (exit {proc.returncode}):\n"
                            f"{tail}")
 
 
-def main(argv: list[str]) -> int:
-    out = Path(argv[0])
+def ensure(cache_dir: Path) -> Path:
+    """Under the cache's lock (a concurrent session waits for this one's result): the
+    entry, built in place when it is not valid (its configs record absolute paths; the
+    manifest, written last, marks it complete)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    entry = cache_dir / ENTRY
+    with open(cache_dir / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not valid(entry):
+            shutil.rmtree(entry, ignore_errors=True)
+            _build(entry)
+    return entry
+
+
+def _build(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     build(out)
     manifest = {"params": _params(), "versions": _versions(), "files": _dependencies(),
                 "seconds": round(time.perf_counter() - t0, 1)}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    print(f"built in {manifest['seconds']} s: {out}")
+    print(f"built in {manifest['seconds']} s: {out}", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    """``OUT``: build there; ``--cache DIR``: make ``DIR/good`` valid (see :func:`ensure`)."""
+    if argv[:1] == ["--cache"]:
+        ensure(Path(argv[1]))
+    else:
+        _build(Path(argv[0]))
     return 0
 
 

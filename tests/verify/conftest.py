@@ -14,7 +14,10 @@ directory with one thing changed, the way such checkpoints arise in practice
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,16 +35,44 @@ from pipeline.actions import StageResult, params_to_argv, read_result  # noqa: E
 FUNCTIONAL = {"samples": 6, "max_new_tokens": 48, "k": 3, "device": "cpu", "threads": 1}
 
 
+_BUILDING: list[subprocess.Popen] = []
+
+
+def _cache_dir(config: pytest.Config) -> Path | None:
+    cache = getattr(config, "cache", None)
+    return Path(cache.mkdir("verify-good")) if cache is not None else None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Tests that need the good drafter were collected: start building it now (when the
+    cache has no valid one), so that in a full run it overlaps the tests before them."""
+    from tests.verify.build_good import start
+
+    cache_dir = _cache_dir(session.config)
+    if cache_dir is None or session.config.option.collectonly:
+        return
+    if any("good" in getattr(item, "fixturenames", ()) for item in session.items):
+        proc = start(cache_dir, cache_dir / "build.log")
+        if proc is not None:
+            _BUILDING.append(proc)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for proc in _BUILDING:  # a session that ended first (-x, Ctrl-C): stop the build
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+
+
 @pytest.fixture(scope="session")
 def good(request, tmp_path_factory) -> dict[str, Any]:
-    """Built once (``tests.verify.build_good``, about 100 s on a quiet 2-core machine) and
-    kept in pytest's cache until a file the build imports changes; a session without the
-    cache plugin builds it in a temporary directory."""
+    """Built once (``tests.verify.build_good``: about 60 s on a quiet 2-core machine, 130 s
+    with the machine fully loaded) and kept in pytest's cache until a file the build
+    imports changes; a session without the cache plugin builds it in a temporary
+    directory."""
     from tests.verify.build_good import cached
 
-    cache = getattr(request.config, "cache", None)
-    cache_dir = Path(cache.mkdir("verify-good")) if cache is not None else None
-    return cached(cache_dir, tmp_path_factory.mktemp("verify-good"))
+    return cached(_cache_dir(request.config), tmp_path_factory.mktemp("verify-good"))
 
 
 def verify_params(good: dict[str, Any], checkpoint: Path, functional: bool = True,
