@@ -145,12 +145,18 @@ class Supervisor:
             if timeout is not None and time.monotonic() - started > timeout:
                 ex.cancel(handle)
                 self._flush_log(run_id, buffered)
+                self._drain(stage, run_id, log)
                 result = self._result(ex, handle) if stage.is_builtin else None
                 return self.end(stage, todo, run_id, "failed", None,
                                 f"timed out after {timeout:g}s; the job was cancelled"
                                 + _partial(result), result)
             time.sleep(self.poll_interval)
-        while True:  # whatever the job wrote after our last read
+        self._drain(stage, run_id, log)
+        return self._conclude(stage, todo, run_id, ex, handle, status)
+
+    def _drain(self, stage: Stage, run_id: int, log: LogReader) -> None:
+        """Whatever the job wrote after our last read, and what was held back."""
+        while True:
             before = log.offset
             chunk = log.read(final=True)
             if chunk is not None:
@@ -158,7 +164,6 @@ class Supervisor:
                 self._show(stage, chunk)
             if log.offset == before:
                 break
-        return self._conclude(stage, todo, run_id, ex, handle, status)
 
     def _show(self, stage: Stage, chunk: Chunk) -> None:
         if self.show_logs:
