@@ -8,8 +8,8 @@ lets the caller emit events (each folded into that state at once by
 touched, a snapshot when one is due, and commits, all in one transaction.
 
 The write path uses the DB-API connection directly: the ORM's unit of work costs ~20x a
-raw write (BRIEF section 9), and an agent's todo write is the hot path. Readers use
-SQLModel.
+raw write (docs/PERFORMANCE.md, "The store"), and an agent's todo write is the hot path.
+Readers use SQLModel.
 """
 
 from __future__ import annotations
