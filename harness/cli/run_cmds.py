@@ -11,7 +11,7 @@ import click
 
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.errors import EXIT_ERROR, Interrupted, Terminated, UsageError
-from harness.render import safe_line
+from harness.render import aligned, safe_line
 from harness.runner import Runner, cancel_run, stage_status
 from harness.runner.deadline import stage_timeout
 from harness.runner.plan import plan_run
@@ -51,11 +51,14 @@ def check(spec_path: Path, as_json: bool) -> None:
     if unchecked:
         click.echo(f"  parameters of {', '.join(unchecked)} not checked: their code does not "
                    "import here (install the eagle3 extra to check them)")
+    rows = []
     for stage in spec.order():
         host = spec.host_for(stage)
         what = f"action {stage.action}" if stage.action else "run: " + safe_line(stage.run or "", 60)
         needs = f" after {', '.join(stage.needs)}" if stage.needs else ""
-        click.echo(f"  {stage.name:<16} on {host.label:<20} {what}{needs}")
+        rows.append([stage.name, f"on {host.label}", what + needs])
+    for text in aligned(rows):
+        click.echo(f"  {text}")
 
 
 @click.command("run")
@@ -223,14 +226,17 @@ def status(lines: int, as_json: bool) -> None:
         click.echo(f"session {sess.name}: no pipeline stages yet (`harness run PIPELINE.yaml`)")
         return
     click.echo(f"session {sess.name}, pipeline {sess.pipeline or '?'}")
+    cells = []
     for r in rows:
         run = r["last_run"]
-        line = f"  {r['todo']:<4} {r['stage']:<16} {r['status']:<12}"
+        last = ""
         if run:
             dur = f"{run['duration_s']:.0f}s" if run["duration_s"] is not None else "-"
             code = "" if run["exit_code"] is None else f" exit {run['exit_code']}"
-            line += f" {run['id']} {run['state']} on {run['host']} {dur}{code}"
-        click.echo(line)
+            last = f"{run['id']} {run['state']} on {run['host']} {dur}{code}"
+        cells.append([r["todo"], r["stage"], r["status"], last])
+    for r, line in zip(rows, aligned(cells, sep=" "), strict=True):
+        click.echo(f"  {line}")
         if r["status"] == "blocked" and r["blocked_reason"]:
             click.echo(f"       blocked: {safe_line(r['blocked_reason'], 160)}")
         for log_line in r["log_tail"]:

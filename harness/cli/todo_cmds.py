@@ -11,7 +11,7 @@ from harness.agent import todo_json
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.cli.run_cmds import cancel_run_cmd
 from harness.errors import InputError, UsageError
-from harness.render import BADGE, GLYPH, SECTION, describe, safe_line, safe_text
+from harness.render import BADGE, GLYPH, SECTION, aligned, describe, safe_line, safe_text
 from state.fold import STATUSES, TodoState, board_key, unmet_dependencies
 
 PRIORITY_CHOICE = click.Choice(["high", "medium", "low", "H", "M", "L", "h", "m", "l"])
@@ -150,8 +150,9 @@ def show(todo_id: str, as_json: bool) -> None:
             click.echo(f"  v{v.id} {'passed' if v.passed else 'failed'}: "
                        f"{safe_line(v.verdict, 90)}")
     click.echo("history:")
-    for e in events:
-        click.echo(f"  #{e.n:<5} {e.ts[:19].replace('T', ' ')}  {e.actor:<16} {describe(e)}")
+    rows = [[f"#{e.n}", e.ts[:19].replace("T", " "), e.actor, describe(e)] for e in events]
+    for text in aligned(rows, caps=(None, None, 40, None), sep=" "):
+        click.echo(f"  {text}")
 
 
 def _report(outcome: uc.Outcome, verb: str) -> None:
@@ -325,10 +326,10 @@ def log(todo_id: str | None, limit: int | None, as_json: bool) -> None:
     if as_json:
         emit_json([{**e.to_json(), "description": describe(e)} for e in events])
         return
-    for e in events:
-        tid = f"t{e.todo_id}" if e.todo_id is not None else ""
-        click.echo(f"#{e.n:<5} {e.ts[:19].replace('T', ' ')}  {e.actor:<16} {tid:<5} "
-                   f"{describe(e)}")
+    rows = [[f"#{e.n}", e.ts[:19].replace("T", " "), e.actor,
+             f"t{e.todo_id}" if e.todo_id is not None else "", describe(e)] for e in events]
+    for text in aligned(rows, caps=(None, None, 40, None, None), sep=" "):
+        click.echo(text)
 
 
 def register(cli: click.Group) -> None:
