@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from harness.runner.deadline import EtaWatch
@@ -22,6 +23,7 @@ def test_an_eta_past_the_time_left_is_warned_about_with_the_fix(tmp_path: Path,
     warned = [ln for ln in runner.lines if "warning:" in ln]
     assert len(warned) == 1, runner.lines  # said once, not on every progress line
     assert "eta 500s" in warned[0] and "harness run p.yaml --timeout train=15m" in warned[0]
+    assert re.search(r"`--timeout-scale 25\d` gives every stage more", warned[0])
     first_warning = runner.lines.index(warned[0])
     assert any("timed out" in ln for ln in runner.lines[first_warning:])
     (_name, why), = report.blocked

@@ -60,10 +60,13 @@ class EtaWatch:
     """Reads one job's log as it streams and says, once, when its own ETA passes the time
     its limit leaves."""
 
-    def __init__(self, stage: str, timeout: float | None, rerun: str):
+    def __init__(self, stage: str, timeout: float | None, rerun: str,
+                 scale: float | None = None):
         self.stage = stage
         self.timeout = timeout
         self.rerun = rerun
+        #: the timeout scale the limit came from (None: an explicit --timeout)
+        self.scale = scale
         self.last_eta: float | None = None
         self.warned = False
         self._over = 0  # progress lines in a row whose ETA passed the time left
@@ -88,10 +91,14 @@ class EtaWatch:
         if self._over < 2:
             return None
         self.warned = True
+        every = ""
+        if self.scale is not None:
+            need = (elapsed + self.last_eta) * MARGIN / self.timeout * self.scale
+            every = f" (`--timeout-scale {math.ceil(need)}` gives every stage more)"
         return (f"its progress says eta {self.last_eta:.0f}s, but its timeout "
                 f"({format_duration(self.timeout)}) leaves {max(left, 0):.0f}s: it will be "
                 f"cancelled then. For more time, Ctrl-C (the job keeps running) and "
-                f"`{self.more_time(elapsed)}` re-attaches to it with a longer limit")
+                f"`{self.more_time(elapsed)}` re-attaches to it with a longer limit{every}")
 
     def more_time(self, elapsed: float) -> str:
         # no ETA: the stage needs at least what it had, so offer it twice as much again

@@ -70,11 +70,18 @@ class Runner:
                           for v in secret_values(env)}, key=len, reverse=True)
         self.jobs = Supervisor(store, session_id, spec, out=out, show_logs=show_logs,
                                poll_interval=poll_interval, secrets=secrets,
-                               timeout_for=self.timeout_for, rerun=self.rerun)
+                               timeout_for=self.timeout_for, scale_for=self.scale_for,
+                               rerun=self.rerun)
 
     # -- set-up ----------------------------------------------------------------------------
     def timeout_for(self, stage: Stage) -> float | None:
         return stage_timeout(self.spec, stage, self.timeouts, self.timeout_scale)
+
+    def scale_for(self, stage: Stage) -> float | None:
+        if stage.name in self.timeouts:
+            return None
+        return self.timeout_scale if self.timeout_scale is not None \
+            else self.spec.defaults.timeout_scale
 
     def host(self, stage: Stage) -> HostSpec:
         return stage_host(self.spec, stage, self.overrides)

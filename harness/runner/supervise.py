@@ -50,12 +50,15 @@ class Supervisor:
                  out: Callable[[str], None], show_logs: bool, poll_interval: float,
                  secrets: Iterable[str],
                  timeout_for: Callable[[Stage], float | None] | None = None,
+                 scale_for: Callable[[Stage], float | None] | None = None,
                  rerun: str = "harness run PIPELINE.yaml"):
         self.store = store
         self.sid = session_id
         self.spec = spec
         #: each stage's time limit in seconds (None: none); the spec's own by default
         self.timeout_for = timeout_for or (lambda st: stage_timeout(spec, st, {}, None))
+        #: the scale a stage's limit came from (None: given outright, by --timeout)
+        self.scale_for = scale_for or (lambda st: spec.defaults.timeout_scale)
         #: the command that runs this pipeline again, for the advice in messages
         self.rerun = rerun
         self.out = out
@@ -130,7 +133,7 @@ class Supervisor:
               handle: JobHandle) -> Outcome:
         timeout = self.timeout_for(stage)
         log = LogReader(ex, handle, self._stored_log_end(run_id), self.secrets)
-        eta = EtaWatch(stage.name, timeout, self.rerun)
+        eta = EtaWatch(stage.name, timeout, self.rerun, self.scale_for(stage))
         buffered: list[Chunk] = []
         last_flush = time.monotonic()
         started = last_flush - self._elapsed(run_id)  # a re-attached job keeps its clock
