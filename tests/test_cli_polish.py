@@ -67,3 +67,15 @@ def test_no_doc_cites_a_file_outside_the_repository() -> None:
         if needle in path.read_text(errors="replace"):
             cited.append(str(path.relative_to(ROOT)))
     assert cited == []
+
+
+def test_the_tour_ends_back_in_default_on_a_fresh_store(cli) -> None:
+    """The README tour starts with `session new tour` and ends with `session use
+    default`, which works before the main job has made that session."""
+    assert cli(["session", "new", "tour"]).code == 0
+    cli(["add", "a tour todo"])
+    r = cli(["session", "use", "default"])
+    assert r.code == 0 and r.out.strip() == "now using session default"
+    assert "no todos" in cli(["list"]).out
+    missing = cli(["session", "use", "nope"])
+    assert missing.code == 1 and "no session named 'nope'" in missing.err
