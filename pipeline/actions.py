@@ -14,6 +14,7 @@ This module imports only the standard library: it is shipped to bare hosts.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -26,7 +27,8 @@ from typing import Any
 from pipeline.errors import ActionError
 
 __all__ = ["ACTION_METRICS", "ActionError", "Check", "StageResult", "declares_metric",
-           "gate_metric", "params_to_argv", "run_action", "undeclared_metrics"]
+           "gate_metric", "gate_problem", "params_to_argv", "run_action",
+           "undeclared_metrics"]
 
 RESULT_SCHEMA = 1
 
@@ -115,6 +117,24 @@ def _matches(pattern: str, name: str) -> bool:
         return name == pattern
     return len(name) > len(head) + len(tail) and name.startswith(head) and \
         name.endswith(tail)
+
+
+def gate_problem(action: str, key: str) -> str | None:
+    """Why gate ``key`` cannot hold on ``action``'s metrics (None: it can), with the
+    nearest declared name."""
+    if action not in ACTION_METRICS:
+        return None
+    metric, _op = gate_metric(key)
+    if declares_metric(action, metric):
+        return None
+    declared = ACTION_METRICS[action]
+    # numbered patterns are offered with a number: speedup_c* -> speedup_c1
+    known = [p.replace("*", "1") if p.endswith(("_c*", "pos*")) else p for p in declared]
+    close = difflib.get_close_matches(metric, known, n=1, cutoff=0.6)
+    prefix = key[: len(key) - len(metric)]
+    rest = f" (did you mean {prefix + close[0]!r}?)" if close else \
+        f"; a gate takes min_METRIC or max_METRIC of: {', '.join(declared)}"
+    return f"{action} reports no metric {metric!r}{rest}"
 
 
 def undeclared_metrics(action: str, metrics: Mapping[str, Any]) -> list[str]:

@@ -31,13 +31,7 @@ from pydantic import (
     ValidationError,
 )
 
-from pipeline.actions import (
-    ACTION_METRICS,
-    BUILTIN_ACTIONS,
-    declares_metric,
-    gate_metric,
-    params_to_argv,
-)
+from pipeline.actions import BUILTIN_ACTIONS, gate_problem, params_to_argv
 from pipeline.durations import parse_duration
 from pipeline.errors import SpecError
 from pipeline.yamlfile import read_yaml
@@ -451,24 +445,12 @@ def _check(p: Pipeline, source: str) -> None:
 
 def _check_gate(stage: Stage, at: str, fail: Any) -> None:
     """Each gate key names a metric the stage's action reports (``ACTION_METRICS``)."""
-    if not stage.gate:
-        return
-    if stage.action is None:
+    if stage.gate and stage.action is None:
         fail(f"{at}.gate", "a gate needs an `action`: a `run:` command reports no metrics")
-    if stage.action not in ACTION_METRICS:
-        return
     for key in stage.gate:
-        metric, _op = gate_metric(key)
-        if declares_metric(stage.action, metric):
-            continue
-        known = [p.replace("*", "1") if p.endswith("_c*") or p.endswith("pos*") else p
-                 for p in ACTION_METRICS[stage.action]]
-        prefix = key[: len(key) - len(metric)]
-        close = difflib.get_close_matches(metric, known, n=1, cutoff=0.6)
-        rest = f" (did you mean {prefix + close[0]!r}?)" if close else \
-            f"; a gate takes min_METRIC or max_METRIC of: " \
-            f"{', '.join(ACTION_METRICS[stage.action])}"
-        fail(f"{at}.gate.{key}", f"{stage.action} reports no metric {metric!r}{rest}")
+        problem = gate_problem(stage.action or "", key)
+        if problem:
+            fail(f"{at}.gate.{key}", problem)
 
 
 def _check_env(env: Mapping[str, str], at: str, fail: Any) -> None:
