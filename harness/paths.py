@@ -23,6 +23,7 @@ APP = "todo-harness"
 PROJECT_DIR = ".harness"
 STORE_FILE = "state.db"
 DEFAULT_SESSION = "default"
+DEFAULT_STORE_HOW = "the user data directory"
 
 
 def data_dir() -> Path:
@@ -59,7 +60,7 @@ def resolve_store(db: str | None, cwd: Path | None = None) -> Resolved:
     project = find_project_store(cwd)
     if project is not None:
         return Resolved(str(project), f"{PROJECT_DIR}/ in {project.parent.parent}")
-    return Resolved(str(data_dir() / STORE_FILE), "the user data directory")
+    return Resolved(str(data_dir() / STORE_FILE), DEFAULT_STORE_HOW)
 
 
 def _sessions_file() -> Path:

@@ -143,7 +143,9 @@ def preview(raw: bytes, width: int = 60) -> str:
     return text[:width] + ("…" if len(text) > width else "")
 
 
-def json_error(exc: ValueError) -> str:
+def json_error(exc: ValueError | RecursionError) -> str:
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply"
     msg = getattr(exc, "msg", None) or str(exc).split(":")[0]
     col = getattr(exc, "colno", None)
     return f"malformed JSON ({msg}" + (f" at column {col})" if col else ")")

@@ -111,7 +111,7 @@ class ClaudeParser(Parser):
             return None
         try:
             return num, json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             return Skipped(num, json_error(exc), True)
 
     def _stream_values(self) -> Iterator[tuple[int, Any] | Skipped]:
@@ -146,7 +146,7 @@ class ClaudeParser(Parser):
                 buf, depth = [], 0
                 try:
                     yield start, json.loads(text)
-                except ValueError as exc:
+                except (ValueError, RecursionError) as exc:
                     yield Skipped(start, json_error(exc), True)
         if buf:
             yield Skipped(start, "truncated JSON value at the end of the file", True)

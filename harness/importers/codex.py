@@ -64,7 +64,7 @@ class CodexParser(Parser):
                 continue
             try:
                 obj = json.loads(raw)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 yield Skipped(num, json_error(exc), True)
                 continue
             if not isinstance(obj, dict):

@@ -25,7 +25,7 @@ def _first_values(head: bytes, limit: int = 20) -> list[Any]:
             continue
         try:
             out.append(json.loads(raw))
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
     return out
 

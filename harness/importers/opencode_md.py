@@ -152,7 +152,7 @@ class OpencodeMarkdownParser(Parser):
         ref = f"{self.info.session_hint or 'opencode'}#todowrite{self._calls}"
         try:
             payload = json.loads(b"\n".join(body))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             return Skipped(start, json_error(exc), True)
         try:
             write = parse(payload, "opencode", f"{self.where}:{start}")
