@@ -44,6 +44,7 @@ from harness.importers.base import (
     check_text,
 )
 from harness.importers.claude import ClaudeParser
+from harness.importers.claude_action import ClaudeActionParser
 from harness.importers.codex import CodexParser
 from harness.importers.detect import FORMATS, detect
 from harness.importers.opencode_json import OpencodeJsonParser
@@ -56,15 +57,18 @@ FLUSH_EVERY = 500  # calls between flushes of one file's transaction
 Warn = Callable[[str], None]
 Progress = Callable[[int, int], None]
 
-_PREFIX = {"claude-code": "claude", "claude-stream": "claude", "opencode-export": "opencode",
+_PREFIX = {"claude-code": "claude", "claude-stream": "claude", "claude-action": "claude",
+           "opencode-export": "opencode",
            "opencode-json": "opencode", "codex": "codex"}
 # The actors the live hooks use, so an imported session and a live one are one agent.
-_AGENT = {"claude-code": CLAUDE_ACTOR, "claude-stream": CLAUDE_ACTOR,
+_AGENT = {"claude-code": CLAUDE_ACTOR, "claude-stream": CLAUDE_ACTOR, "claude-action": CLAUDE_ACTOR,
           "opencode-export": "agent:opencode", "opencode-json": "agent:opencode",
           "codex": CODEX_ACTOR}
 
 
 def _parser(fmt: str, fh: IO[bytes], where: str, fallback_ts: str) -> Any:
+    if fmt == "claude-action":
+        return ClaudeActionParser(fh, where, fallback_ts=fallback_ts)
     if fmt in ("claude-code", "claude-stream"):
         return ClaudeParser(fh, where, stream=fmt == "claude-stream", fallback_ts=fallback_ts)
     if fmt == "opencode-export":
@@ -160,6 +164,13 @@ def _apply_calls(store: Store, parser: Any, path: Path, report: ImportReport, *,
                 report.skip(item)
                 continue
             assert isinstance(item, Call)
+            bad = next((f"todos[{i}]" for i, it in enumerate(item.write.items)
+                        if "\x00" in it.content or "\x00" in (it.active_form or "")), None)
+            if bad is not None:
+                # The store keeps no NUL (PostgreSQL cannot): skip the call, not the file.
+                report.skip(Skipped(item.line, f"{item.tool}: {bad} holds a NUL character",
+                                    True))
+                continue
             report.calls += 1
             if tx is None:
                 seen = store.source_seen(item.key)

@@ -28,7 +28,16 @@ from typing import IO
 
 from harness.errors import InputError
 from harness.formats import parse
-from harness.importers.base import Call, Item, Parser, Skipped, json_error, read_lines
+from harness.importers.base import (
+    BINARY_LINE,
+    Call,
+    Item,
+    Parser,
+    Skipped,
+    binary_line,
+    json_error,
+    read_lines,
+)
 
 _SESSION = re.compile(r"^\*\*Session ID:\*\*\s*(\S+)")
 _CREATED = re.compile(r"^\*\*Created:\*\*\s*(.+?)\s*$")
@@ -105,6 +114,9 @@ class OpencodeMarkdownParser(Parser):
             self.info.lines = num
             if raw is None:
                 yield Skipped(num, "line too long (raise HARNESS_IMPORT_MAX_LINE)", True)
+                continue
+            if binary_line(raw):
+                yield Skipped(num, BINARY_LINE)  # a hexdump or a binary in tool output
                 continue
             line = raw.decode("utf-8", "replace")
             if header:
