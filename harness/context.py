@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from functools import cached_property
+from pathlib import Path
 
 from harness.errors import NoSession
 from harness.paths import (
@@ -26,8 +27,8 @@ class Harness:
     """
 
     def __init__(self, db: str | None = None, session: str | None = None, *,
-                 announce: bool = True):
-        self.store_source: Resolved = resolve_store(db)
+                 announce: bool = True, cwd: Path | None = None):
+        self.store_source: Resolved = resolve_store(db, cwd)
         self._session_opt = session
         self._session: SessionInfo | None = None
         self.announce = announce

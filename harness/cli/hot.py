@@ -101,10 +101,11 @@ def run(args: list[str]) -> int | None:
     return 0
 
 
-def _harness(db: str | None, session: str | None, *, announce: bool = True) -> Any:
+def _harness(db: str | None, session: str | None, *, announce: bool = True,
+             cwd: Path | None = None) -> Any:
     from harness.context import Harness
 
-    h = Harness(db=db, session=session, announce=announce)
+    h = Harness(db=db, session=session, announce=announce, cwd=cwd)
     _open.append(h)
     return h
 
@@ -188,17 +189,23 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None) 
 
     def body() -> str | None:
         payload = read_payload(None, f"{agent} hook payload", empty="empty hook payload")
+        if agent in ("claude-code", "codex"):
+            # The project's store is found from the project directory, wherever the agent
+            # runs the hook from.
+            from harness.claude_hooks import project_dir
+
+            where = project_dir(payload) if isinstance(payload, dict) else None
         if agent == "claude-code":
             from harness.claude_hooks import handle, session_for
 
             return handle(payload, _harness(db, session_for(payload, session),
-                                            announce=False), actor=name)
+                                            announce=False, cwd=where), actor=name)
         if agent == "codex":
             from harness.codex_hooks import handle as handle_codex
             from harness.codex_hooks import session_for as codex_session
 
             return handle_codex(payload, _harness(db, codex_session(payload, session),
-                                                  announce=False), actor=name)
+                                                  announce=False, cwd=where), actor=name)
         from harness.opencode_hooks import handle as handle_opencode
 
         return handle_opencode(payload, _harness(db, session, announce=False), actor=name)

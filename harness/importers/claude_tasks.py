@@ -230,12 +230,13 @@ def _apply(tx: Tx, list_id: str, tasks: dict[str, Task]) -> int:
         for other in task.blocks:
             if other in num_of and num_of[other] != me:
                 wanted[num_of[other]].add(me)  # type: ignore[index,arg-type]
+    of_list = {v.num for v in mapping if v.agent_id and v.agent_id.startswith(prefix)}
     for tid, num in sorted(num_of.items(), key=lambda kv: _order(kv[0])):
         assert num is not None
         todo = tx.todo(num)
         deps = [d for d in sorted(wanted[num]) if not reaches(tx, [d], num)]
         # Dependencies a person added stay; the list's own are what the files say.
-        keep = [d for d in todo.depends_on if d not in num_of.values()]
+        keep = [d for d in todo.depends_on if d not in of_list]
         new = sorted({*keep, *deps})
         if new != sorted(todo.depends_on) and tx.update_todo(
                 num, depends_on=new, ts=_ts(tasks[tid].mtime)):
