@@ -122,13 +122,13 @@ def _json_path(parts: Any) -> str:
 
 # -- schemas --------------------------------------------------------------------------
 
+# Repeated in every tool's schema: each word here costs the agent's context nine times.
 _SESSION = {"type": "string", "minLength": 1,
-            "description": "Session name. Leave out to use the server's session "
-                           "(--session / HARNESS_SESSION / the current one)."}
+            "description": "Session name (default: the server's)."}
 _TODO_ID = {"type": ["string", "integer"], "pattern": r"^\s*[tT]?\d+\s*$", "minimum": 1,
-            "description": "A todo id as the harness shows it, e.g. \"t3\" (or 3)."}
+            "description": "e.g. \"t3\""}
 _RUN_ID = {"type": ["string", "integer"], "pattern": r"^\s*[rR]?\d+\s*$", "minimum": 1,
-           "description": "A run id, e.g. \"r2\" (or 2)."}
+           "description": "e.g. \"r2\""}
 _PRIORITY = {"type": "string", "enum": ["high", "medium", "low", "H", "M", "L"]}
 
 

@@ -102,7 +102,7 @@ class HarnessMCP:
             types.Tool(name=t.name, title=t.title, description=t.description,
                        input_schema=t.schema,
                        annotations=types.ToolAnnotations(
-                           title=t.title, read_only_hint=t.read_only,
+                           read_only_hint=t.read_only,
                            destructive_hint=False, idempotent_hint=t.read_only,
                            open_world_hint=False))
             for t in self.tools.values()])
