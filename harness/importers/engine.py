@@ -153,6 +153,8 @@ def _apply_calls(store: Store, parser: Any, path: Path, report: ImportReport, *,
         actor = ""
         for item in parser:
             tick()
+            if isinstance(item, Call):
+                item = _nul_free(item)
             if isinstance(item, Skipped):
                 if item.malformed:
                     at = f"{where}:{item.line}" if item.line else where
@@ -164,13 +166,6 @@ def _apply_calls(store: Store, parser: Any, path: Path, report: ImportReport, *,
                 report.skip(item)
                 continue
             assert isinstance(item, Call)
-            bad = next((f"todos[{i}]" for i, it in enumerate(item.write.items)
-                        if "\x00" in it.content or "\x00" in (it.active_form or "")), None)
-            if bad is not None:
-                # The store keeps no NUL (PostgreSQL cannot): skip the call, not the file.
-                report.skip(Skipped(item.line, f"{item.tool}: {bad} holds a NUL character",
-                                    True))
-                continue
             report.calls += 1
             if tx is None:
                 seen = store.source_seen(item.key)
@@ -194,6 +189,14 @@ def _apply_calls(store: Store, parser: Any, path: Path, report: ImportReport, *,
             report.saw(item.ts)
             if report.imported % FLUSH_EVERY == 0:
                 tx.flush()
+
+
+def _nul_free(call: Call) -> Call | Skipped:
+    """The store keeps no NUL (PostgreSQL cannot): a call with one is skipped, not the file."""
+    for i, it in enumerate(call.write.items):
+        if "\x00" in it.content or "\x00" in (it.active_form or ""):
+            return Skipped(call.line, f"{call.tool}: item {i} holds a NUL character", True)
+    return call
 
 
 def _open(store: Store, parser: Any, path: Path, report: ImportReport, session: str | None,
