@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from functools import cached_property
 from pathlib import Path
 
@@ -17,13 +16,18 @@ from harness.paths import (
 from state.errors import InvalidChange, ReadOnlyStore
 from state.store import SessionInfo, Store
 
+# Notes for the person at the CLI edge, printed there once a command succeeded (a failed
+# command's one line of error stays one line).
+NOTES: list[str] = []
+
 
 class Harness:
     """Resolves the store and the session once, opens the store lazily.
 
     A missing store is created where the default (the user data directory) puts it, with
     its directories; one named by ``--db`` or ``HARNESS_DB`` only in a directory that
-    exists, and ``announce`` says so on stderr (a mistyped path must not go unnoticed).
+    exists, and ``announce`` leaves a note for the CLI to print (a mistyped path must not
+    go unnoticed).
     """
 
     def __init__(self, db: str | None = None, session: str | None = None, *,
@@ -38,8 +42,7 @@ class Harness:
         src = self.store_source
         store = Store.open(src.value, make_dirs=src.how == DEFAULT_STORE_HOW)
         if store.created and self.announce and src.how in ("--db", "HARNESS_DB"):
-            sys.stderr.write(f"note: {store.where}: created a new, empty store "
-                             f"(from {src.how})\n")
+            NOTES.append(f"note: {store.where}: created a new, empty store (from {src.how})")
         return store
 
     @property

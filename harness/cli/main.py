@@ -45,6 +45,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _run(args: list[str]) -> int:
+    from harness.context import NOTES
+
     try:
         try:
             code = hot.run(args)
@@ -54,6 +56,9 @@ def _run(args: list[str]) -> int:
                 code = run(args)
         finally:
             hot.close()
+        if code == 0:
+            for line in NOTES:
+                print(line, file=sys.stderr)
         return code
     except KeyboardInterrupt:
         # Also a Ctrl-C during the store's close (its final WAL checkpoint).
@@ -64,6 +69,8 @@ def _run(args: list[str]) -> int:
         return exit_code(exc)
     except BrokenPipeError:
         return 0
+    finally:
+        NOTES.clear()
 
 
 def __getattr__(name: str) -> Any:
