@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-import platformdirs
 
 APP = "todo-harness"
 PROJECT_DIR = ".harness"
@@ -26,14 +23,25 @@ DEFAULT_SESSION = "default"
 DEFAULT_STORE_HOW = "the user data directory"
 
 
+# platformdirs and tempfile are imported where used: an agent's hook that never needs
+# them should not pay for them (tests/agents/test_latency_imports.py).
+
 def data_dir() -> Path:
     env = os.environ.get("HARNESS_DATA_DIR")
-    return Path(env).expanduser() if env else Path(platformdirs.user_data_dir(APP))
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir(APP))
 
 
 def config_dir() -> Path:
     env = os.environ.get("HARNESS_CONFIG_DIR")
-    return Path(env).expanduser() if env else Path(platformdirs.user_config_dir(APP))
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir(APP))
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,8 @@ def set_current_session(store_url: str, name: str) -> None:
     except (OSError, ValueError):
         data = {}
     data[store_url] = name
+    import tempfile
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".sessions-")
     with os.fdopen(fd, "w") as fh:

@@ -15,7 +15,6 @@ up-to-date store never imports it (tests/agents/test_latency_imports.py).
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from functools import cached_property
@@ -111,6 +110,8 @@ def _create_sqlite(path: Path) -> bool:
     store. Two harnesses creating one store at once each build their own; the first to
     link wins and the other opens it.
     """
+    import secrets
+
     tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{secrets.token_hex(4)}")
     extra = [Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")]
     try:
