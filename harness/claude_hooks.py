@@ -188,7 +188,23 @@ def record_cut(harness: Harness, payload: Mapping[str, Any], cut: str, *, actor:
                 and last[1].get("cut") == cut):
             return False
         tx.emit(CONTEXT_KIND, payload=data)
+        forget_view(tx, actor)
         return True
+
+
+def forget_view(tx: Tx, actor: str) -> None:
+    """After a cut the agent's whole-list writes start from what the new context holds,
+    not from what the old one knew: the first list it writes then removes nothing it
+    leaves out (the silent deletions after compaction and /clear that Claude Code's users
+    report). Its items still match the stored ones by text, so nothing is duplicated."""
+    text = tx.agent_view_text(actor)
+    if not text:
+        return
+    try:
+        fmt = json.loads(text).get("format")
+    except (ValueError, AttributeError):
+        fmt = None
+    tx.set_agent_view(actor, {"format": fmt, "n": tx.state.n, "items": []})
 
 
 def _last_event(tx: Tx) -> tuple[str, dict[str, Any]] | None:

@@ -239,3 +239,32 @@ def test_follow_needs_a_task_list(db_path: Path, tmp_path: Path, cli, args: list
     (tmp_path / "a.jsonl").write_text("{}\n")
     r = cli(["import", *[str(tmp_path / a) if a.endswith(".jsonl") else a for a in args]])
     assert r.code == 2 and message in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def test_a_list_written_after_a_cut_removes_nothing_it_left_out(db_path: Path) -> None:
+    """Claude Code's users lose todos after compaction and /clear: the new context's
+    first TodoWrite lacks items the old one had. Before a cut an omission removes (the
+    agent knew the item); the first write after one does not (it may not have)."""
+    def todowrite(items: list[str], **changes: Any) -> None:
+        body = payload("post-tool-use-todowrite-30", **changes)
+        body["tool_input"] = {"todos": [{"content": c, "status": "pending", "activeForm": c}
+                                        for c in items]}
+        hook(db_path, body)
+
+    todowrite(["Regenerate the samples", "Build the vocab", "Train the drafter"])
+    todowrite(["Regenerate the samples", "Build the vocab"])  # the agent drops one
+    assert [t.content for t in session(db_path, "eagle3")[0]] == [
+        "Regenerate the samples", "Build the vocab"]
+    todowrite(["Regenerate the samples", "Build the vocab", "Benchmark it"])
+    hook(db_path, payload("pre-compact-auto"))
+    todowrite(["Build the vocab"])  # what survived the summary
+    todos, events = session(db_path, "eagle3")
+    assert [t.content for t in todos] == ["Regenerate the samples", "Build the vocab",
+                                          "Benchmark it"]
+    assert len([e for e in events if e.kind == "todo.created"]) == 4  # no duplicates
+    # In the new context the agent knows what it wrote since: taking an item up and
+    # dropping it again removes it; the one it never wrote stays.
+    todowrite(["Regenerate the samples", "Build the vocab"])
+    todowrite(["Build the vocab"])
+    assert [t.content for t in session(db_path, "eagle3")[0]] == ["Build the vocab",
+                                                                  "Benchmark it"]
