@@ -1,6 +1,7 @@
 """vLLM's ``/metrics`` (Prometheus text exposition) and the speculative-decoding figures in it.
 
-vLLM exports four spec-decode counters (names and labels checked against vLLM 0.33.0)::
+vLLM exports four spec-decode counters (docs/serving.md, "eagle3.benchmark"; names and labels
+checked against vLLM 0.33.0)::
 
     vllm:spec_decode_num_drafts_total{engine="0",model_name="m"}              drafts proposed
     vllm:spec_decode_num_draft_tokens_total{...}                              draft tokens proposed

@@ -18,10 +18,10 @@ saying what to do:
 Metrics the gate reads (``gate: {min_acceptance_length: 2.0, min_position_acceptance: 0.6,
 min_projected_speedup: 1.1}``): ``acceptance_length`` (= ``tau``), ``position_acceptance``
 (= ``acceptance_per_position``, vLLM's per-position rates), ``projected_speedup`` (from the
-measured step costs) and ``measured_speedup`` (the loop's wall clock), :data:`GATE_METRICS`
-in all. On a CPU both speedups are only indicative of a GPU: the summary says so, and
-``metric_notes`` carries it into every gate line that uses them. The summary line carries
-the headline numbers; ``sha256`` is the checkpoint's weights'.
+measured step costs) and ``measured_speedup`` (the loop's wall clock), all declared in
+``pipeline.actions.ACTION_METRICS``. On a CPU both speedups are only indicative of a GPU:
+the summary says so, and ``metric_notes`` carries it into every gate line that uses them.
+The summary line carries the headline numbers; ``sha256`` is the checkpoint's weights'.
 
     python -m pipeline.eagle3.verify --checkpoint drafter --verifier verifier \\
         --data data/prompts.jsonl --exclude data/generated/samples.jsonl --k 3 [--json]
@@ -48,13 +48,6 @@ from pipeline.actions import (
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.verify"
-#: The numbers this action measures that a gate can hold (``min_<name>``, ``max_<name>``).
-GATE_METRICS = ("acceptance_length", "tau", "acceptance_rate", "position_acceptance",
-                "acceptance_per_position", "conditional_acceptance", "teacher_forced_tau",
-                "projected_speedup", "measured_speedup", "plain_step_ms", "verify_step_ms",
-                "draft_step_ms", "draft_ms_per_round", "plain_ms_per_token",
-                "spec_ms_per_token", "untrained_acceptance_length",
-                "previous_acceptance_length", "lm_head_rows_match")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 

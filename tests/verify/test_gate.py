@@ -103,9 +103,10 @@ def test_gate_lines_say_which_number_was_used_and_how_far_to_trust_it():
 
 
 def test_harness_check_accepts_a_measured_speedup_gate(tmp_path):
-    from pipeline.eagle3.verify import GATE_METRICS
+    from pipeline.actions import declares_metric, gate_problem
 
-    assert "measured_speedup" in GATE_METRICS and "projected_speedup" in GATE_METRICS
+    assert declares_metric("eagle3.verify", "measured_speedup")
+    assert gate_problem("eagle3.verify", "min_measured_speedup") is None
     spec = tmp_path / "verify.yaml"
     spec.write_text(yaml.safe_dump({
         "pipeline": "verify-measured", "hosts": {"local": {"workdir": str(tmp_path / "w")}},
