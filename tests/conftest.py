@@ -24,7 +24,13 @@ import pytest
 
 from state.store import Store
 from tests import pg
-from tests.sshd import ssh_host, sshd  # noqa: F401  (real-sshd fixtures, re-exported)
+from tests.sshd import (  # noqa: F401  (real-sshd fixtures, re-exported)
+    any_ssh_host,
+    any_sshd,
+    ssh_host,
+    sshd,
+    sshd_no_sftp,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
