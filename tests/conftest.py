@@ -24,6 +24,12 @@ import pytest
 
 from state.store import Store
 from tests import pg
+from tests.slurm import (  # noqa: F401  (real-Slurm fixtures, re-exported)
+    slurm,
+    slurm_cluster,
+    slurm_host,
+    slurm_login,
+)
 from tests.sshd import (  # noqa: F401  (real-sshd fixtures, re-exported)
     any_ssh_host,
     any_sshd,

@@ -40,7 +40,11 @@ def cancel_run(store: Store, run_id: int, *, actor: str = "human") -> RunState:
                       reason=f"cancelled by {actor}")
         if run.todo_id is not None and run.todo_id in tx.state.todos:
             t = tx.todo(run.todo_id)
-            if t.status == "in_progress":
+            # The runner may have seen the job end (by our kill) and blocked the todo
+            # first; who cancelled it is still the reason.
+            ours = t.status == "blocked" and \
+                (t.blocked_reason or "").startswith(f"r{run_id} cancelled")
+            if t.status == "in_progress" or ours:
                 tx.update_todo(t.num, status="blocked",
                                blocked_reason=f"r{run_id} cancelled by {actor}")
         return tx.state.runs[run_id]
