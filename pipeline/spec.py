@@ -200,6 +200,10 @@ class Stage(_Model):
     retries: StrictInt | None = Field(None, ge=0)
     timeout: Duration | None = None
     env: EnvMap = Field(default_factory=dict)
+    #: Shell text that takes the interpreter's place for a built-in action, e.g.
+    #: ``srun ... "$HARNESS_PYTHON" -m torch.distributed.run --nproc-per-node 8`` for
+    #: multi-node training on Slurm; the action's own ``-m module args`` follow it.
+    launcher: StrictStr | None = None
 
     @property
     def params(self) -> dict[str, Any]:
@@ -220,9 +224,12 @@ class Stage(_Model):
         unchanged and only bash parses it.
         """
         if self.action is not None:
-            module = BUILTIN_ACTIONS[self.action]
-            return [host.python, "-m", module, *params_to_argv(self.params),
+            args = ["-m", BUILTIN_ACTIONS[self.action], *params_to_argv(self.params),
                     "--result", result_path]
+            if self.launcher:
+                # the launcher is shell text; the action's argv stays argv ("$@")
+                return ["bash", "-c", f'{self.launcher} "$@"', "launcher", *args]
+            return [host.python, *args]
         if self.run is None:  # load_spec refuses such a stage; a hand-built one may not
             raise SpecError("has neither `action` nor `run`", where=f"stages ({self.name})")
         return ["bash", "-c", self.run]
@@ -428,6 +435,9 @@ def _check(p: Pipeline, source: str) -> None:
             fail(at, "needs `action` (a built-in action) or `run` (a shell command)")
         if stage.with_ is not None and stage.action is None:
             fail(f"{at}.with", "`with` gives parameters to an `action`; this stage has none")
+        if stage.launcher is not None and (stage.action is None or not stage.launcher.strip()):
+            fail(f"{at}.launcher", "`launcher` starts a built-in `action` (a `run:` command "
+                                   "starts itself); give an action, or drop it")
         if stage.action is not None and stage.action not in BUILTIN_ACTIONS:
             fail(f"{at}.action",
                  f"unknown action {stage.action!r}{_suggest(stage.action, BUILTIN_ACTIONS)}")

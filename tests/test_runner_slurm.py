@@ -55,8 +55,11 @@ def test_stages_on_slurm_succeed_fail_with_exit_3_and_ship_code(
     spec = write_spec(tmp_path / "p.yaml", hosts={
         "local": {"workdir": str(tmp_path / "work")}, "cluster": cluster}, stages=[
         {"name": "prepare", "run": "echo local"},
+        # the launcher runs the action as a job step (srun), as multi-node torchrun does
         {"name": "clean", "host": "cluster", "needs": ["prepare"], "action": "eagle3.clean",
-         "with": {"samples": str(samples), "out": "clean", "max_reject_rate": 0.6}},
+         "with": {"samples": str(samples), "out": "clean", "max_reject_rate": 0.6},
+         "launcher": "srun --ntasks=1 sh -c 'echo \"step $SLURM_STEP_ID of job "
+                     "$SLURM_JOB_ID\"; exec \"$0\" \"$@\"' \"$HARNESS_PYTHON\""},
         {"name": "three", "host": "cluster", "needs": ["clean"],
          "run": "echo \"job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"; exit 3"},
     ])
@@ -67,6 +70,7 @@ def test_stages_on_slurm_succeed_fail_with_exit_3_and_ship_code(
         ("prepare", "succeeded"), ("clean", "succeeded"), ("three", "failed")], runner.lines
     clean, three = runs[1], runs[2]
     assert clean.result["metrics"]["kept"] == 1 and clean.code_hash
+    assert store.log(clean.id)[0].startswith(f"step 0 of job {clean.job['job_id']}\n")
     assert (Path(cluster["workdir"]) / ".harness" / "code" / clean.code_hash).is_dir()
     job_id = three.job["job_id"]
     assert store.log(three.id)[0] == f"job {job_id} on {SlurmCluster.NODE}\n"
