@@ -168,13 +168,13 @@ class HostSpec(_Model):
     @property
     def label(self) -> str:
         """``root@gpu-container:22`` for SSH hosts (the port when given), ``local``
-        otherwise, ``slurm via ...`` for a scheduler; for messages."""
+        otherwise, ``gpu16 (slurm via hpc-login)`` for a scheduler; for messages."""
         if not self.is_ssh:
             where = self.name
         else:
             user = f"{self.user}@" if self.user else ""
             where = f"{user}{self.host}" + (f":{self.port}" if self.port else "")
-        return f"{self.scheduler} via {where}" if self.scheduler else where
+        return f"{self.name} ({self.scheduler} via {where})" if self.scheduler else where
 
 
 class Defaults(_Model):

@@ -119,9 +119,10 @@ def get_file(transport: paramiko.Transport, source: str, local: str | Path) -> s
     script = (
         _HASH
         + f"[ -f {q(source)} ] || exit {MISSING}\n"
+        # the host hashes the file while cat sends it: the two overlap, not add up
+        + f'{{ got=$($H < {q(source)}) && printf "sha256 %s\\n" "${{got%% *}}" >&2; }} &\n'
         + f"cat {q(source)} || exit 1\n"
-        + f"got=$($H < {q(source)}) || exit 1\n"
-        + 'printf "sha256 %s\\n" "${got%% *}" >&2\n'
+        + "wait $! || exit 1\n"
     )
     local = Path(local)
     local.parent.mkdir(parents=True, exist_ok=True)

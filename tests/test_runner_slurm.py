@@ -77,7 +77,7 @@ def test_stages_on_slurm_succeed_fail_with_exit_3_and_ship_code(
     assert three.exit_code == 3
     assert report.blocked == [("three", f"r{three.id} failed: exit code 3: job {job_id} on "
                                         f"{SlurmCluster.NODE}")]
-    assert any(f"started r{three.id} on slurm via" in line and f"slurm job {job_id}" in line
+    assert any(f"started r{three.id} on cluster (slurm via" in line and f"slurm job {job_id}" in line
                for line in runner.lines), runner.lines
     assert "JobState=FAILED" in jobcomp_records(slurm, job_id)[0]
 

@@ -65,7 +65,7 @@ def test_slurm_resources_become_sbatch_flags(tmp_path: Path) -> None:
                           " account: proj, nodes: 2, gpus: 'h100:8', cpus: 16, mem: 200G,"
                           " time: 1h30m, sbatch: [--qos=high, --exclusive]}\n")
     hpc = spec.hosts["hpc"]
-    assert hpc.label == "slurm via login.example.org"
+    assert hpc.label == "hpc (slurm via login.example.org)"
     assert sbatch_flags(hpc, "key-r1", "/w/r") == [
         "--parsable", "--job-name=key-r1", "--chdir=/w/r", "--output=/w/r/log",
         "--open-mode=append", "--partition=gpu", "--account=proj", "--nodes=2",
@@ -116,3 +116,18 @@ def test_a_launcher_takes_the_interpreters_place_and_keeps_the_argv(tmp_path: Pa
     path.write_text("pipeline: p\nstages:\n  - {name: a, run: echo, launcher: srun}\n")
     with pytest.raises(SpecError, match=r"stages\[0\] \(a\)\.launcher: .*built-in"):
         load_spec(path)
+
+
+def test_the_remote_and_slurm_examples_pass_harness_check(cli) -> None:
+    remote = cli(["check", str(ROOT / "examples" / "eagle3-remote.yaml")])
+    assert remote.code == 0, remote.err
+    assert "on gpu-box " in remote.out  # the ssh_config alias, nothing else
+    spec = load_spec(ROOT / "examples" / "eagle3-remote.yaml")
+    gpu = spec.hosts["gpu"]
+    assert (gpu.host, gpu.port, gpu.user, gpu.key) == ("gpu-box", None, None, None)
+    slurm = cli(["check", str(ROOT / "examples" / "eagle3-slurm.yaml")])
+    assert slurm.code == 0, slurm.err
+    assert "train            on gpu16 (slurm via hpc-login)" in slurm.out
+    train = load_spec(ROOT / "examples" / "eagle3-slurm.yaml").stage("train")
+    assert train.command(HostSpec())[:2] == ["bash", "-c"]
+    assert "torch.distributed.run" in train.command(HostSpec())[2]
