@@ -212,10 +212,15 @@ class SlurmExecutor(Executor):
         if words[0] == "missing":
             return None
         if words[0] == "refused":
-            said = self._read_text(f"{run_dir}/submit_error")
-            raise JobError(f"job {run_id!r} was never submitted: sbatch said "
-                           f"{' '.join(said.split())[:300]}", where=self.host.name)
-        job_id = words[1] if words[0] == "job" else self._find_lost_submission(run_id, run_dir)
+            job_id = self.with_reconnect(lambda: self.watcher.find_by_name(run_id))
+            if job_id is None:
+                said = self._read_text(f"{run_dir}/submit_error")
+                raise JobError(f"job {run_id!r} was never submitted: sbatch said "
+                               f"{' '.join(said.split())[:300]}", where=self.host.name)
+            self._write_job_id(run_dir, job_id)
+        else:
+            job_id = words[1] if words[0] == "job" else \
+                self._find_lost_submission(run_id, run_dir)
         self.watcher.watch([job_id])
         return JobHandle(run_id=run_id, host=self.host.name, run_dir=run_dir, pid=None,
                          command=self._read_text(f"{run_dir}/cmd").strip(), attached=True,

@@ -293,6 +293,10 @@ class Supervisor:
         stage = self.spec.stage(run.stage) if run.stage in {s.name for s in self.spec.stages} \
             else None
         host = HostSpec(**run.job["host"]) if run.job else None
+        if host is not None and host.name in self.spec.hosts:
+            # The record keeps no env (it may hold secrets); the spec's entry has it, and a
+            # login node may need it (PATH to squeue, SLURM_CONF).
+            host = host.model_copy(update={"env": self.spec.hosts[host.name].env})
         if stage is None or host is None or run.todo_id is None:
             return self._settle_unknown(run, host)
         key = run.job["key"] if run.job else job_key(self.store, run.id)

@@ -188,3 +188,29 @@ def test_one_question_to_slurm_for_all_live_jobs(tmp_path: Path, slurm: SlurmClu
         assert polls >= 100 and asked <= elapsed / host.scheduler_poll + 2, (polls, asked)
         for h in handles:
             ex.cancel(h, grace=15)
+
+
+@pytest.mark.slow
+def test_a_controller_restart_mid_job_is_waited_out(tmp_path: Path, slurm: SlurmCluster) -> None:
+    """slurmctld goes away while a job runs (jobs go on without it): polls keep the last
+    state and say so once; when it is back, the end is collected. (The job ends after the
+    controller is back: an end reported while it is away reaches it only at the node's
+    next ping, a minute or more later, which is Slurm's business, not ours.)"""
+    notes: list[str] = []
+    host = HostSpec(name="cluster", scheduler="slurm", workdir=str(tmp_path / "w"),
+                    scheduler_poll=0.2)
+    with executor_for(host, notify=notes.append) as ex:
+        handle = ex.start_detached(key("outage"), ["sh", "-c", "sleep 25; echo done; exit 5"])
+        deadline = time.monotonic() + 30
+        while ex.poll(handle).state != "running" or not (Path(handle.run_dir) / "pid").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        slurm.stop_controller()
+        try:
+            for _ in range(2):  # each takes squeue's ~9 s of retrying a dead controller
+                assert ex.poll(handle, fresh=True).state == "running"
+        finally:
+            slurm.start_controller()
+        status = wait_done(ex, handle)
+    assert (status.state, status.exit_code) == ("failed", 5)
+    assert len(notes) == 1 and notes[0].startswith("Slurm does not answer")
