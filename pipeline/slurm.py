@@ -280,6 +280,8 @@ def _submit_script(run_dir: str, wrapper: str, description: str, env: dict[str, 
     tries = max(1, int(wait_s / 0.05))
     return (
         f"mkdir -p {q(run_dir)} && cd {q(run_dir)} || exit 1\n"
+        # a dropped SSH connection hangs up this shell: the submission still completes
+        "trap '' HUP\n"
         "if ( set -C; : > started ) 2>/dev/null; then\n"
         f"  printf '%s\\n' {q(description)} > cmd\n"
         f"  printf '%s' {q(wrapper)} > job.sh\n"

@@ -92,6 +92,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # ty
     if _pg_failure:
         terminalreporter.write_sep("!", "PostgreSQL tests were SKIPPED", red=True, bold=True)
         terminalreporter.write_line(_pg_failure[0], red=True)
+    from tests.slurm import FAILURE as slurm_failure
+
+    if slurm_failure:
+        terminalreporter.write_sep("!", "Slurm tests were SKIPPED", red=True, bold=True)
+        terminalreporter.write_line(slurm_failure[0], red=True)
 
 
 @pytest.fixture(autouse=True)

@@ -196,17 +196,28 @@ def _processes_named(name: str, marker: str) -> list[int]:
     return found
 
 
+#: Why the cluster could not start, for the banner at the end of the run (tests/conftest.py).
+FAILURE: list[str] = []
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    """A running single-node cluster for the session, or a skip that says why in one line."""
+    """A running single-node cluster for the session, or a skip that says why in one line
+    (a failure instead with HARNESS_TEST_SLURM=require)."""
+    if FAILURE:
+        pytest.skip(FAILURE[0])
+    cluster: SlurmCluster | None = None
     try:
         cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
         cluster.start()
     except (SlurmUnavailable, OSError, subprocess.SubprocessError) as exc:
-        if "cluster" in locals():
+        if cluster is not None:
             cluster.stop()
-        pytest.skip(f"!!! SLURM TESTS SKIPPED: a real Slurm could not start: "
-                    f"{' '.join(str(exc).split())[:300]}")
+        FAILURE.append(f"SLURM TESTS SKIPPED: a real Slurm could not start: "
+                       f"{' '.join(str(exc).split())[:300]}")
+        if os.environ.get("HARNESS_TEST_SLURM") == "require":
+            pytest.fail(FAILURE[0] + " (HARNESS_TEST_SLURM=require)")
+        pytest.skip(FAILURE[0])
     try:
         yield cluster
     finally:
