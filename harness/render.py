@@ -88,6 +88,12 @@ def describe(ev: Event) -> str:
         verdict = "passed" if p.get("passed") else "failed"
         return f"verification v{p.get('verification')} {verdict}: " \
                f"{safe_line(p.get('verdict', ''), 80)}"
+    if k == "agent.context":
+        # Where an agent's context was cut (or began): compact, clear, resume, startup.
+        trigger = f" ({p['trigger']})" if p.get("trigger") else ""
+        who = safe_line(str(p.get("agent", "agent")), 40)
+        sid = safe_line(str(p.get("agent_session") or ""), 40)[:8]
+        return f"context cut: {p.get('cut', '?')}{trigger} of {who} session {sid}".rstrip()
     if k == "artifact.recorded":
         return f"artifact {safe_line(str(p.get('path', '')), 80)}"
     return k

@@ -7,23 +7,28 @@ from pathlib import Path
 import click
 
 from harness.cli.common import common_options, emit_json, harness, json_option
-from harness.errors import NoSession
+from harness.errors import NoSession, UsageError
 from harness.paths import PROJECT_DIR, STORE_FILE, config_dir, current_session, set_current_session
 from state.store import Store
 
 
 @click.command()
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
-def init(directory: Path | None) -> None:
+@click.pass_context
+def init(ctx: click.Context, directory: Path | None) -> None:
     """Create a project store, DIRECTORY/.harness/state.db (default: here).
 
     Commands run in DIRECTORY or below then use it (unless --db or HARNESS_DB say
-    otherwise).
+    otherwise). With `harness --db PATH init`, create the store at PATH instead, with its
+    directories: other commands create a missing store only in a directory that exists.
     """
-    target = (directory or Path.cwd()) / PROJECT_DIR / STORE_FILE
-    existed = target.exists()
-    Store.open(str(target)).close()
-    click.echo(f"{'using existing' if existed else 'created'} store {target}")
+    db = ctx.find_root().meta.get("harness.db")
+    if db is not None and directory is not None:
+        raise UsageError("give either DIRECTORY or --db, not both")
+    target = db if db is not None else str((directory or Path.cwd()) / PROJECT_DIR / STORE_FILE)
+    store = Store.open(target, make_dirs=True)
+    store.close()
+    click.echo(f"{'created' if store.created else 'using existing'} store {store.where}")
 
 
 @click.command()

@@ -29,22 +29,29 @@ def cancel_run(store: Store, run_id: int, *, actor: str = "human") -> RunState:
             stop_service(store, sid, run, record, actor=actor)
             _sid, run = store.run(run_id)
         return run
-    if run.job:
-        host = HostSpec(**run.job["host"])
-        with executor_for(host) as ex:
-            handle = ex.attach(run.job["key"])
-            if handle is not None:
-                ex.cancel(handle)
+    if not run.job:
+        return _record_cancel(store, sid, run_id, actor)
+    host = HostSpec(**run.job["host"])
+    with executor_for(host) as ex:
+        handle = ex.attach(run.job["key"])  # the host answers before anything is recorded
+        # On record before the job dies: the runner watching it then reads the end as this
+        # cancel, not as a job that died of a signal, and keeps our reason.
+        cancelled = _record_cancel(store, sid, run_id, actor)
+        if handle is not None:
+            ex.cancel(handle)
+    return cancelled
+
+
+def _record_cancel(store: Store, sid: int, run_id: int, actor: str) -> RunState:
     with store.write(sid, actor) as tx:
+        current = tx.load_runs()[run_id]
+        if current.state in RUN_FINAL:
+            return current  # it ended on its own meanwhile: nothing left to cancel
         tx.update_run(run_id, state="cancelled", ended_at=utcnow(),
                       reason=f"cancelled by {actor}")
-        if run.todo_id is not None and run.todo_id in tx.state.todos:
-            t = tx.todo(run.todo_id)
-            # The runner may have seen the job end (by our kill) and blocked the todo
-            # first; who cancelled it is still the reason.
-            ours = t.status == "blocked" and \
-                (t.blocked_reason or "").startswith(f"r{run_id} cancelled")
-            if t.status == "in_progress" or ours:
+        if current.todo_id is not None and current.todo_id in tx.state.todos:
+            t = tx.todo(current.todo_id)
+            if t.status == "in_progress":
                 tx.update_todo(t.num, status="blocked",
                                blocked_reason=f"r{run_id} cancelled by {actor}")
         return tx.state.runs[run_id]
