@@ -232,7 +232,10 @@ class SlurmExecutor(Executor):
         wrapper = None
         if job is None or job.source == "jobcomp":
             wrapper = _int(self._read_text(f"{handle.run_dir}/exit_code").strip())
-        return job_status(job, job_id, wrapper)
+        status = job_status(job, job_id, wrapper)
+        if status.reason and not status.finished:  # why it waits, once per reason
+            self.note(f"slurm job {job_id} is {status.reason}")
+        return status
 
     def cancel(self, handle: JobHandle, *, grace: float = 10.0) -> JobStatus:
         """``scancel`` the job and return its status at once. Slurm itself sends TERM to

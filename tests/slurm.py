@@ -41,7 +41,8 @@ class SlurmCluster:
     NODE = "n1"
     PARTITION = "debug"
 
-    def __init__(self, root: Path, *, min_job_age: int = 5, cpus: int = 8):
+    def __init__(self, root: Path, *, min_job_age: int = 5, cpus: int = 8,
+                 extra: tuple[str, ...] = ()):
         missing = [p for p in (MUNGED, SLURMCTLD, SLURMD) if not os.path.exists(p)]
         if missing or not shutil.which("sbatch"):
             raise SlurmUnavailable(f"need {', '.join(missing) or 'sbatch'} "
@@ -98,6 +99,7 @@ class SlurmCluster:
             f"CPUs={cpus} RealMemory=2000 State=UNKNOWN",
             f"PartitionName={self.PARTITION} Nodes={self.NODE} Default=YES MaxTime=INFINITE "
             "State=UP",
+            *extra,
         ]
         self.conf.write_text("\n".join(lines) + "\n")
         self.env = {"SLURM_CONF": str(self.conf)}
@@ -121,6 +123,12 @@ class SlurmCluster:
 
     def stop_controller(self) -> None:
         self._kill("slurmctld")
+
+    def kill_node(self) -> None:
+        """slurmd dies as a crashed node's would (its job steps are left to run alone)."""
+        proc = self.procs.pop("slurmd")
+        proc.kill()
+        proc.wait(10)
 
     def stop(self) -> None:
         """Cancel what runs, then stop the daemons (their job steps with them)."""

@@ -15,8 +15,8 @@ import pytest
 from pipeline.spec import HostSpec
 from state.store import Store
 from tests.conftest import ROOT, run_cli
-from tests.slurm import SlurmCluster
-from tests.test_runner import RUN_CLI, make_runner, write_spec
+from tests.slurm import SlurmCluster, SlurmUnavailable
+from tests.test_runner import RUN_CLI, in_thread, make_runner, wait_running, write_spec
 
 pytestmark = pytest.mark.slurm
 
@@ -162,3 +162,41 @@ def test_a_time_limit_kill_blocks_the_todo_with_slurms_reason(
     assert [name for name, _why in report.blocked] == ["endless"]
     assert "DUE TO TIME LIMIT" in store.log(run.id)[0]  # Slurm's own line, in the log
     assert "JobState=TIMEOUT" in jobcomp_records(slurm, job_id)[0]
+
+
+@pytest.mark.slow
+@pytest.mark.sqlite
+def test_a_job_on_a_node_that_failed_is_lost_with_slurms_reason(
+        tmp_path: Path, store: Store, slurm_cluster: SlurmCluster,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster of its own, whose controller declares a silent node down within seconds
+    (SlurmdTimeout=5) and does not requeue: slurmd is killed while the job runs."""
+    cluster = SlurmCluster(tmp_path / "cluster", extra=("SlurmdTimeout=5", "JobRequeue=0"))
+    try:
+        cluster.start()
+    except SlurmUnavailable as exc:
+        cluster.stop()
+        pytest.fail(f"a second cluster did not start where the first did: {exc}")
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    try:
+        spec = write_spec(tmp_path / "p.yaml", hosts={
+            "cluster": {"scheduler": "slurm", "workdir": str(tmp_path / "w"),
+                        "scheduler_poll": 1}},
+            defaults={"host": "cluster"}, stages=[{"name": "doomed",
+                                                   "run": "echo started; sleep 300"}])
+        runner = make_runner(store, spec, poll_interval=0.5)
+        thread = in_thread(runner)
+        wait_running(store, runner, thread)
+        wait_for_job(store, store.runs(runner.sid)[0].id, "started")  # on the node, not queued
+        cluster.kill_node()
+        thread.join(150)
+        assert not thread.is_alive() and runner.error is None, runner.lines
+    finally:
+        cluster.stop()
+    run = store.runs(runner.sid)[0]
+    job_id = run.job["job_id"]
+    assert run.state == "lost", runner.lines
+    assert run.reason == f"job lost: Slurm says its node failed (job {job_id}) " \
+                         "[NODE_FAIL, NodeDown]"
+    todo = store.todos(runner.sid)[0]
+    assert todo.status == "blocked" and "NODE_FAIL" in todo.blocked_reason

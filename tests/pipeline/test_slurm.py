@@ -214,3 +214,16 @@ def test_a_controller_restart_mid_job_is_waited_out(tmp_path: Path, slurm: Slurm
         status = wait_done(ex, handle)
     assert (status.state, status.exit_code) == ("failed", 5)
     assert len(notes) == 1 and notes[0].startswith("Slurm does not answer")
+
+
+def test_why_a_job_waits_in_the_queue_is_said_once(tmp_path: Path, slurm: SlurmCluster) -> None:
+    notes: list[str] = []
+    host = HostSpec(name="cluster", scheduler="slurm", workdir=str(tmp_path / "w"),
+                    sbatch=["--hold"], scheduler_poll=0.2)
+    with executor_for(host, notify=notes.append) as ex:
+        handle = ex.start_detached(key("held"), ["true"])
+        for _ in range(5):
+            assert ex.poll(handle, fresh=True).state == "running"
+        ex.cancel(handle)
+        assert wait_done(ex, handle).state == "cancelled"
+    assert notes == [f"slurm job {handle.job_id} is pending (JobHeldUser)"]
