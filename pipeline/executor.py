@@ -190,7 +190,7 @@ class Executor(ABC):
         :class:`Result`.
         """
         full_env = {**self.host.env, **(env or {})}
-        _check_env(full_env)
+        check_env(full_env)
         where = self.resolve(cwd) if cwd else self.workdir
         lines = [] if cwd else [f"mkdir -p {shlex.quote(where)}"]
         lines.append(f"cd {shlex.quote(where)} || exit 1")
@@ -235,7 +235,7 @@ class Executor(ABC):
             raise TypeError("start_detached takes an argv list; use ['bash', '-c', text]")
         argv = list(argv)
         full_env = {**self.host.env, **(env or {})}
-        _check_env(full_env)
+        check_env(full_env)
         run_dir = self.run_dir(run_id)
         where = self.resolve(cwd) if cwd else self.workdir
         description = describe(argv, env or {}, where)
@@ -347,7 +347,8 @@ def executor_for(host: HostSpec, hosts: Mapping[str, HostSpec] | None = None, *,
     return cls(host, hosts=hosts, notify=notify, **kwargs)
 
 
-def _check_env(env: Mapping[str, str]) -> None:
+def check_env(env: Mapping[str, str]) -> None:
+    """Refuse environment names a shell would misread and values that are not text."""
     for key, value in env.items():
         if not _ENV_NAME.fullmatch(key):
             raise ExecutorError(f"bad environment variable name {key!r}")

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from pipeline import jobscripts
 from pipeline.errors import JobError
-from pipeline.executor import Executor, JobHandle, JobState, JobStatus, _check_env, executor_for
+from pipeline.executor import Executor, JobHandle, JobState, JobStatus, check_env, executor_for
 from pipeline.redact import describe
 from pipeline.slurm_watch import SlurmJob, SlurmWatcher
 from pipeline.spec import HostSpec
@@ -170,7 +170,7 @@ class SlurmExecutor(Executor):
             raise TypeError("start_detached takes an argv list; use ['bash', '-c', text]")
         argv = list(argv)
         full_env = {**self.host.env, **(env or {})}
-        _check_env(full_env)
+        check_env(full_env)
         run_dir = self.run_dir(run_id)
         where = self.resolve(cwd) if cwd else self.workdir
         description = describe(argv, env or {}, where)

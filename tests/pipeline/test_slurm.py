@@ -213,7 +213,8 @@ def test_a_controller_restart_mid_job_is_waited_out(tmp_path: Path, slurm: Slurm
             slurm.start_controller()
         status = wait_done(ex, handle)
     assert (status.state, status.exit_code) == ("failed", 5)
-    assert len(notes) == 1 and notes[0].startswith("Slurm does not answer")
+    outage = [n for n in notes if n.startswith("Slurm does not answer")]
+    assert len(outage) == 1 and "Unable to contact slurm controller" in outage[0], notes
 
 
 def test_why_a_job_waits_in_the_queue_is_said_once(tmp_path: Path, slurm: SlurmCluster) -> None:
