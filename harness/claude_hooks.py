@@ -397,7 +397,7 @@ def task_update(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
             return item.num
         changes: dict[str, Any] = {}
         # A status Claude did not change keeps ours, whoever set it; a blocked item is
-        # moved on only by starting or finishing it.
+        # moved on only by starting or finishing it (harness/merge.py's rules).
         if (status is not None and status != item.status
                 and not (todo.status == "blocked" and status == "pending")):
             changes["status"] = status

@@ -1,6 +1,6 @@
 """Agent todo payloads: detect, parse and validate them, and render lists back.
 
-The shapes (BRIEF section 4):
+The shapes (as the agents send them; real samples are in tests/data/):
 
 =================  ===========================================  ==============================
 format             item fields                                  statuses

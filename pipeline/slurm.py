@@ -138,6 +138,10 @@ class SlurmExecutor(Executor):
     def _shell(self, script: str, timeout: float | None) -> tuple[int, str, str]:
         return self.login._shell(script, timeout)
 
+    def _shell_env(self, script: str, env: Mapping[str, str],
+                   timeout: float | None) -> tuple[int, str, str]:
+        return self.login._shell_env(script, env, timeout)
+
     def _read(self, path: str, offset: int, limit: int) -> bytes:
         return self.login._read(path, offset, limit)
 
@@ -175,8 +179,11 @@ class SlurmExecutor(Executor):
         where = self.resolve(cwd) if cwd else self.workdir
         description = describe(argv, env or {}, where)
         script = _submit_script(run_dir, jobscripts.job_wrapper(argv, where), description,
-                                full_env, sbatch_flags(self.host, run_id, run_dir))
-        code, out, err = self.with_reconnect(lambda: self._shell(script, 120))
+                                sbatch_flags(self.host, run_id, run_dir))
+        # The environment is the submitting shell's (never a file; on this machine never an
+        # argv), and sbatch's default --export=ALL hands it to the job.
+        code, out, err = self.with_reconnect(
+            lambda: self._shell_env(script, full_env, 120))
         words = out.split()
         if code != 0 or not words or words[0] not in ("submitted", "attached", "refused"):
             raise JobError(f"could not submit job {run_id!r}: exit {code}: "
@@ -275,11 +282,10 @@ class SlurmExecutor(Executor):
                   "sh", job_id], cwd=run_dir)
 
 
-def _submit_script(run_dir: str, wrapper: str, description: str, env: dict[str, str],
-                   flags: list[str], wait_s: float = 10.0) -> str:
+def _submit_script(run_dir: str, wrapper: str, description: str, flags: list[str],
+                   wait_s: float = 10.0) -> str:
     """Submit unless the run dir has a submission; print ``submitted|attached ID`` (``-``
     when another submitter has not written the id yet), or ``refused``."""
-    exports = "".join(f"  export {k}={q(v)}\n" for k, v in env.items())
     tries = max(1, int(wait_s / 0.05))
     return (
         f"mkdir -p {q(run_dir)} && cd {q(run_dir)} || exit 1\n"
@@ -289,7 +295,6 @@ def _submit_script(run_dir: str, wrapper: str, description: str, env: dict[str, 
         f"  printf '%s\\n' {q(description)} > cmd\n"
         f"  printf '%s' {q(wrapper)} > job.sh\n"
         f"  printf '%s' {q(_BATCH)} > batch.sh\n"
-        f"{exports}"
         f"  out=$(sbatch {shlex.join(flags)} batch.sh 2>sbatch.err); rc=$?\n"
         '  if [ $rc -eq 0 ] && [ -n "$out" ]; then\n'
         '    printf "%s\\n" "${out%%;*}" > job_id.tmp && mv -f job_id.tmp job_id\n'

@@ -202,7 +202,8 @@ def test_opening_a_busy_fresh_file_still_times_out(tmp_path: Path,
     t0 = time.monotonic()
     with pytest.raises(StoreUnavailable, match="locked"):
         Store.open(str(db))
-    assert 0.25 <= time.monotonic() - t0 < 5
+    # waited its busy timeout, and did not hang (the upper bound allows a loaded machine)
+    assert 0.25 <= time.monotonic() - t0 < 60
     other.execute("ROLLBACK")
     other.close()
 

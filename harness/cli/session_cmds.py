@@ -8,7 +8,14 @@ import click
 
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.errors import NoSession, UsageError
-from harness.paths import PROJECT_DIR, STORE_FILE, config_dir, current_session, set_current_session
+from harness.paths import (
+    DEFAULT_SESSION,
+    PROJECT_DIR,
+    STORE_FILE,
+    config_dir,
+    current_session,
+    set_current_session,
+)
 from state.store import Store
 
 
@@ -105,9 +112,10 @@ def session_list(as_json: bool) -> None:
 @click.argument("name")
 @common_options
 def session_use(name: str) -> None:
-    """Make NAME the current session for this store (for you, not for others)."""
+    """Make NAME the current session for this store (for you, not for others). The
+    session `default` needs no creating: it is made on first use, as everywhere."""
     h = harness()
-    if h.store.session_by_name(name) is None:
+    if h.store.session_by_name(name) is None and name != DEFAULT_SESSION:
         raise NoSession(f"no session named {name!r}", where=h.store.where,
                         hint=f"create it with `harness session new {name}`")
     set_current_session(h.store.public_url, name)

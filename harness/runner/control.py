@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.paths import data_dir
+from harness.runner.deadline import duration
 from harness.runner.scheduler import stage_named
 from harness.services import service_of, service_stopped, stop_service
 from pipeline.executor import executor_for
@@ -55,16 +56,6 @@ def _record_cancel(store: Store, sid: int, run_id: int, actor: str) -> RunState:
                 tx.update_todo(t.num, status="blocked",
                                blocked_reason=f"r{run_id} cancelled by {actor}")
         return tx.state.runs[run_id]
-
-
-def duration(run: RunState) -> float | None:
-    from datetime import datetime
-
-    if not run.started_at:
-        return None
-    end = run.ended_at or utcnow()
-    fmt = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))  # noqa: E731
-    return (fmt(end) - fmt(run.started_at)).total_seconds()
 
 
 def stage_status(store: Store, session_id: int, log_lines: int = 3) -> list[dict[str, Any]]:

@@ -10,11 +10,13 @@ end with the pipeline run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from harness.errors import UsageError
 from harness.render import safe_line
+from harness.runner.deadline import stage_timeout
 from harness.runner.ownership import ACTIVE, RUNNER, host_record, job_key, owner_alive, owner_id
 from harness.runner.supervise import Outcome, Supervisor
 from harness.services import service_of, service_stopped, stop_services
@@ -45,6 +47,9 @@ class Runner:
     def __init__(self, store: Store, session_id: int, spec: Pipeline, *,
                  only: str | None = None, until: str | None = None,
                  host_overrides: dict[str, str] | None = None,
+                 timeouts: Mapping[str, float | None] | None = None,
+                 timeout_scale: float | None = None, retry_blocked: bool = False,
+                 rerun: str | None = None,
                  out: Callable[[str], None] = print, show_logs: bool = True,
                  poll_interval: float = 0.5):
         self.store = store
@@ -52,39 +57,34 @@ class Runner:
         self.spec = spec
         self.out = out
         self.overrides = dict(host_overrides or {})
-        for stage, host in self.overrides.items():
-            stage_named(spec, stage)
-            if host not in spec.hosts:
-                raise UsageError(f"--host-override {stage}={host}: unknown host {host!r} "
-                                 f"(known: {', '.join(sorted(spec.hosts))})")
-        self.scope = self._scope(only, until)
+        self.timeouts = dict(timeouts or {})
+        check_overrides(spec, self.overrides, self.timeouts)
+        self.timeout_scale = timeout_scale
+        self.retry_blocked = retry_blocked
+        #: the command that runs this pipeline again, as advice in messages
+        self.rerun = rerun or f"harness run {spec.path or 'PIPELINE.yaml'}"
+        self.scope = stage_scope(spec, only, until)
         # Values of secret-named variables in any host or stage env: masked in stored logs.
         secrets = sorted({v for env in [*(h.env for h in spec.hosts.values()),
                                         *(st.env for st in spec.stages)]
                           for v in secret_values(env)}, key=len, reverse=True)
         self.jobs = Supervisor(store, session_id, spec, out=out, show_logs=show_logs,
-                               poll_interval=poll_interval, secrets=secrets)
+                               poll_interval=poll_interval, secrets=secrets,
+                               timeout_for=self.timeout_for, scale_for=self.scale_for,
+                               rerun=self.rerun)
 
     # -- set-up ----------------------------------------------------------------------------
-    def _scope(self, only: str | None, until: str | None) -> list[str]:
-        if only and until:
-            raise UsageError("say --only or --until, not both")
-        if only:
-            return [stage_named(self.spec, only).name]
-        if until:
-            wanted: set[str] = set()
-            stack = [stage_named(self.spec, until).name]
-            while stack:
-                name = stack.pop()
-                if name not in wanted:
-                    wanted.add(name)
-                    stack.extend(self.spec.stage(name).needs)
-            return [s.name for s in self.spec.order() if s.name in wanted]
-        return [s.name for s in self.spec.order()]
+    def timeout_for(self, stage: Stage) -> float | None:
+        return stage_timeout(self.spec, stage, self.timeouts, self.timeout_scale)
+
+    def scale_for(self, stage: Stage) -> float | None:
+        if stage.name in self.timeouts:
+            return None
+        return self.timeout_scale if self.timeout_scale is not None \
+            else self.spec.defaults.timeout_scale
 
     def host(self, stage: Stage) -> HostSpec:
-        name = self.overrides.get(stage.name)
-        return self.spec.hosts[name] if name else self.spec.host_for(stage)
+        return stage_host(self.spec, stage, self.overrides)
 
     def ensure_todos(self) -> dict[str, int]:
         """One todo per stage, created once; a person's edits to them are kept."""
@@ -108,6 +108,8 @@ class Runner:
         total = len(self.scope)
         self.out(f"pipeline {self.spec.name}: {total} stage(s) in scope, session todos "
                  + ", ".join(f"{s}=t{todos[s]}" for s in self.scope))
+        if self.retry_blocked:
+            self._unblock_scope()
         try:
             for run in self._orphans():
                 report.outcomes.append(self.jobs.follow(run, self.host))
@@ -125,6 +127,16 @@ class Runner:
             self.close()
         self._summarise(report)
         return report
+
+    def _unblock_scope(self) -> None:
+        """``--retry-blocked``: the blocked todos of stages in scope go back to pending."""
+        with self.store.write(self.sid, RUNNER) as tx:
+            for t in sorted(tx.state.todos.values(), key=lambda t: t.num):
+                if t.stage in self.scope and t.status == "blocked":
+                    tx.update_todo(t.num, status="pending", blocked_reason=None)
+                    tx.emit("todo.noted", todo_id=t.num, payload={
+                        "text": f"unblocked by --retry-blocked (was: {t.blocked_reason})"})
+                    self.out(f"[{t.stage}] t{t.num} was blocked: running it again")
 
     def _executor(self, host: HostSpec) -> Executor:
         return self.jobs.executor(host)
@@ -203,9 +215,13 @@ class Runner:
             if host.workdir:
                 self.out(f"  files on {host.label}: {host.workdir}")
         for name, why in report.blocked:
-            self.out(f"  blocked {name}: {safe_line(why, 200)}")
+            self.out(f"  blocked {name}: {safe_line(why, 300)}")
         for line in report.waiting:
             self.out(f"  not run {line}")
+        if report.blocked:
+            # "Run it again and it resumes" skips blocked stages: say what runs them.
+            self.out(f"  to run the blocked stage{'s' if len(report.blocked) > 1 else ''} "
+                     f"again once the cause is fixed: {self.rerun} --retry-blocked")
 
     def _pick(self) -> tuple[Stage, TodoState, RunState] | None:
         """Choose and claim the next todo in one transaction: two runners never take one."""
@@ -263,9 +279,51 @@ class Runner:
         return claimed
 
 
+def stage_scope(spec: Pipeline, only: str | None, until: str | None) -> list[str]:
+    """The stages a run covers, in order: all, ``--only`` one, or ``--until`` one and
+    what it needs."""
+    if only and until:
+        raise UsageError("say --only or --until, not both")
+    if only:
+        return [stage_named(spec, only).name]
+    if until:
+        wanted: set[str] = set()
+        stack = [stage_named(spec, until).name]
+        while stack:
+            name = stack.pop()
+            if name not in wanted:
+                wanted.add(name)
+                stack.extend(spec.stage(name).needs)
+        return [s.name for s in spec.order() if s.name in wanted]
+    return [s.name for s in spec.order()]
+
+
+def check_overrides(spec: Pipeline, hosts: Mapping[str, str],
+                    timeouts: Mapping[str, float | None]) -> None:
+    """``--host-override`` and ``--timeout`` name stages (and hosts) the spec has."""
+    for stage, host in hosts.items():
+        stage_named(spec, stage)
+        if host not in spec.hosts:
+            raise UsageError(f"--host-override {stage}={host}: unknown host {host!r} "
+                             f"(known: {', '.join(sorted(spec.hosts))})")
+    for stage in timeouts:
+        try:
+            stage_named(spec, stage)
+        except UsageError as exc:
+            raise UsageError(f"--timeout {stage}=...: {exc.message}") from None
+
+
+def stage_host(spec: Pipeline, stage: Stage, overrides: Mapping[str, str]) -> HostSpec:
+    name = overrides.get(stage.name)
+    return spec.hosts[name] if name else spec.host_for(stage)
+
+
 def stage_named(spec: Pipeline, name: str) -> Stage:
     try:
         return spec.stage(name)
     except KeyError:
-        raise UsageError(f"no stage named {name!r} in {spec.name} (stages: "
-                         f"{', '.join(s.name for s in spec.stages)})") from None
+        names = [s.name for s in spec.stages]
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UsageError(f"no stage named {name!r} in {spec.name}{hint} (stages: "
+                         f"{', '.join(names)})") from None

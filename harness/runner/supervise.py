@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.render import safe_line
+from harness.runner.deadline import EtaWatch, duration, stage_timeout
 from harness.runner.evidence import checks_failed_alone, judge, record_verification
 from harness.runner.logs import LOG_FLUSH_BYTES, LOG_FLUSH_SECONDS, Chunk, LogReader
 from harness.runner.ownership import RUNNER, job_key
@@ -47,10 +48,19 @@ class Supervisor:
 
     def __init__(self, store: Store, session_id: int, spec: Pipeline, *,
                  out: Callable[[str], None], show_logs: bool, poll_interval: float,
-                 secrets: Iterable[str]):
+                 secrets: Iterable[str],
+                 timeout_for: Callable[[Stage], float | None] | None = None,
+                 scale_for: Callable[[Stage], float | None] | None = None,
+                 rerun: str = "harness run PIPELINE.yaml"):
         self.store = store
         self.sid = session_id
         self.spec = spec
+        #: each stage's time limit in seconds (None: none); the spec's own by default
+        self.timeout_for = timeout_for or (lambda st: stage_timeout(spec, st, {}, None))
+        #: the scale a stage's limit came from (None: given outright, by --timeout)
+        self.scale_for = scale_for or (lambda st: spec.defaults.timeout_scale)
+        #: the command that runs this pipeline again, for the advice in messages
+        self.rerun = rerun
         self.out = out
         self.show_logs = show_logs
         self.poll_interval = poll_interval
@@ -127,10 +137,12 @@ class Supervisor:
     # -- watching ------------------------------------------------------------------------
     def watch(self, stage: Stage, todo: int, run_id: int, ex: Executor,
               handle: JobHandle) -> Outcome:
-        timeout = stage.timeout if stage.timeout is not None else self.spec.defaults.timeout
+        timeout = self.timeout_for(stage)
         log = LogReader(ex, handle, self._stored_log_end(run_id), self.secrets)
+        eta = EtaWatch(stage.name, timeout, self.rerun, self.scale_for(stage))
         buffered: list[Chunk] = []
-        last_flush = started = time.monotonic()
+        last_flush = time.monotonic()
+        started = last_flush - self._elapsed(run_id)  # a re-attached job keeps its clock
         status: JobStatus
         while True:
             status = ex.poll(handle)
@@ -138,6 +150,9 @@ class Supervisor:
             if chunk is not None:
                 buffered.append(chunk)
                 self._show(stage, chunk)
+                warning = eta.see(chunk[1], time.monotonic() - started)
+                if warning:
+                    self._warn(stage, todo, warning)
             due = time.monotonic() - last_flush >= LOG_FLUSH_SECONDS
             if buffered and (due or status.finished
                              or sum(len(c[1]) for c in buffered) > LOG_FLUSH_BYTES):
@@ -151,12 +166,18 @@ class Supervisor:
             if timeout is not None and time.monotonic() - started > timeout:
                 ex.cancel(handle)
                 self._flush_log(run_id, buffered)
+                self._drain(stage, run_id, log)
                 result = self._result(ex, handle) if stage.is_builtin else None
                 return self.end(stage, todo, run_id, "failed", None,
                                 f"timed out after {timeout:g}s; the job was cancelled"
-                                + _partial(result), result)
+                                + _partial(result) + eta.timed_out(timeout), result)
             time.sleep(self.poll_interval)
-        while True:  # whatever the job wrote after our last read
+        self._drain(stage, run_id, log)
+        return self._conclude(stage, todo, run_id, ex, handle, status)
+
+    def _drain(self, stage: Stage, run_id: int, log: LogReader) -> None:
+        """Whatever the job wrote after our last read, and what was held back."""
+        while True:
             before = log.offset
             chunk = log.read(final=True)
             if chunk is not None:
@@ -164,7 +185,17 @@ class Supervisor:
                 self._show(stage, chunk)
             if log.offset == before:
                 break
-        return self._conclude(stage, todo, run_id, ex, handle, status)
+
+    def _elapsed(self, run_id: int) -> float:
+        """Seconds since the run started (0 for one starting now)."""
+        _sid, run = self.store.run(run_id)
+        return max(0.0, duration(run) or 0.0)
+
+    def _warn(self, stage: Stage, todo: int, warning: str) -> None:
+        """Said on the terminal and kept on the todo, where the board and `show` find it."""
+        self.out(f"[{stage.name}] warning: {warning}")
+        with self.store.write(self.sid, RUNNER) as tx:
+            tx.emit("todo.noted", todo_id=todo, payload={"text": f"warning: {warning}"})
 
     def _show(self, stage: Stage, chunk: Chunk) -> None:
         if self.show_logs:
