@@ -11,6 +11,7 @@ from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.errors import EXIT_ERROR, Interrupted, Terminated, UsageError
 from harness.render import safe_line
 from harness.runner import Runner, cancel_run, stage_status
+from pipeline.eagle3.disk_estimate import estimates as disk_estimates
 from pipeline.params import check_params
 from pipeline.redact import redact_text
 from pipeline.spec import load_spec
@@ -32,12 +33,15 @@ def parse_run_id(text: str) -> int:
 @click.argument("spec_path", metavar="PIPELINE.yaml", type=SPEC)
 @click.option("--json", "as_json", is_flag=True, help="Print the validated spec as JSON.")
 def check(spec_path: Path, as_json: bool) -> None:
-    """Validate a pipeline spec without running anything."""
+    """Validate a pipeline spec without running anything; say how much disk the offline
+    hidden states of its data would take."""
     spec = load_spec(spec_path)
     unchecked = check_params(spec, str(spec_path))
+    disk = disk_estimates(spec)
     if as_json:
         emit_json({**spec.model_dump(mode="json", by_alias=True),
-                   "unchecked_actions": unchecked})
+                   "unchecked_actions": unchecked,
+                   "offline_disk": [d.to_json() for d in disk]})
         return
     click.echo(f"{spec_path}: pipeline {spec.name}, {len(spec.stages)} stage(s), "
                f"hosts {', '.join(sorted(spec.hosts))}: ok")
@@ -49,6 +53,8 @@ def check(spec_path: Path, as_json: bool) -> None:
         what = f"action {stage.action}" if stage.action else "run: " + safe_line(stage.run or "", 60)
         needs = f" after {', '.join(stage.needs)}" if stage.needs else ""
         click.echo(f"  {stage.name:<16} on {host.label:<20} {what}{needs}")
+    for d in disk:
+        click.echo(f"  disk: {d.line()}")
 
 
 @click.command("run")

@@ -162,7 +162,7 @@ def test_streaming_shard_is_a_valid_safetensors_file(tmp_path, monkeypatch):
     """The in-place writer, with pieces small enough that the parallel path runs."""
     from safetensors.torch import load_file
 
-    from pipeline.eagle3 import shards
+    from pipeline.eagle3 import shard_writer as shards
 
     monkeypatch.setattr(shards, "WRITE_PIECE", 64)
     torch.manual_seed(0)
