@@ -16,7 +16,7 @@ from pipeline.eagle3.shards import ShardReader, list_shards, validate_shard
 from pipeline.eagle3.train_data import TrainData
 from pipeline.errors import ActionError
 
-from .conftest import run_stage
+from .conftest import ok, run_stage
 
 pytestmark = pytest.mark.ml
 
@@ -158,7 +158,8 @@ def test_verifier_directory_without_config_or_weights(tiny_data, tmp_path, remov
         assert rc == 1 and result.error.startswith(f"{broken}: {message}")
 
 
-def test_streaming_shard_is_a_valid_safetensors_file(tmp_path, monkeypatch):
+@pytest.mark.parametrize("method", ["pwrite", "mmap"])
+def test_streaming_shard_is_a_valid_safetensors_file(tmp_path, monkeypatch, method):
     """The in-place writer, with pieces small enough that the parallel path runs."""
     from safetensors.torch import load_file
 
@@ -173,11 +174,13 @@ def test_streaming_shard_is_a_valid_safetensors_file(tmp_path, monkeypatch):
              "input_ids": torch.arange(rows, dtype=torch.int32),
              "loss_mask": (torch.arange(rows) % 2).to(torch.uint8)}
     writer = shards.StreamingShard(tmp_path / "s.safetensors", rows=rows, hidden=hidden,
-                                   dtype=torch.bfloat16, small=small, meta={"format": "x"})
+                                   dtype=torch.bfloat16, small=small, meta={"format": "x"},
+                                   method=method)
     assert not (tmp_path / "s.safetensors").exists()  # only the temporary name until close
     writer.write_rows(20, aux[20:], last[20:])  # batches may land in any order
     writer.write_rows(0, aux[:20], last[:20])
     writer.close()
+    assert writer.stats.bytes == rows * 4 * hidden * 2 and writer.stats.active > 0
     back = load_file(str(tmp_path / "s.safetensors"))
     assert torch.equal(back["aux"], aux) and torch.equal(back["last"], last)
     for key, value in small.items():
@@ -186,3 +189,67 @@ def test_streaming_shard_is_a_valid_safetensors_file(tmp_path, monkeypatch):
         shards.StreamingShard(tmp_path / "t.safetensors", rows=2, hidden=hidden,
                               dtype=torch.bfloat16, small=small, meta={}).write_rows(
             1, aux[:2], last[:2])
+
+
+def test_choose_aux_layers_sorts_and_refuses_repeats():
+    from pipeline.eagle3.common import choose_aux_layers
+
+    assert choose_aux_layers(None, 32, "v") == ([2, 16, 29], "")
+    ids, note = choose_aux_layers([29, 2, 16], 32, "v")
+    assert ids == [2, 16, 29] and "sorted to [2, 16, 29]" in note and "ascending" in note
+    with pytest.raises(ActionError, match=r"repeat an id for a 6-layer verifier") as err:
+        choose_aux_layers(None, 6, "v/config.json")  # vLLM's default is [2, 3, 3] here
+    assert str(err.value).startswith("v/config.json: vLLM's default aux layers")
+    with pytest.raises(ActionError, match=r"aux layer ids \[1, 4, 1\] repeat an id"):
+        choose_aux_layers([1, 4, 1], 7, "v")
+    with pytest.raises(ActionError, match="a list of three integers"):
+        choose_aux_layers([1, 2], 7, "v")
+    with pytest.raises(ActionError, match="a list of three integers"):
+        choose_aux_layers([1, 2, True], 7, "v")
+
+
+def test_unsorted_aux_layers_are_stored_ascending(tiny_data, tmp_path, capsys):
+    res = ok(hidden_states, tmp_path, tokens=tiny_data["tokens"], verifier=tiny_data["verifier"],
+             out=tmp_path / "h", aux_layers=[5, 1, 3], limit=20, device="cpu",
+             dtype="float32")
+    assert res.metrics["aux_layers"] == [1, 3, 5]
+    index, shards = list_shards(tmp_path / "h")
+    assert index["aux_layers"] == [1, 3, 5]
+    assert ShardReader(shards[0].path).aux_layers == [1, 3, 5]
+    assert capsys.readouterr().out.count("sorted to [1, 3, 5]") == 1
+    rc, result = run_stage(hidden_states, tmp_path, tokens=tiny_data["tokens"],
+                           verifier=tiny_data["verifier"], out=tmp_path / "d",
+                           aux_layers=[2, 2, 4], device="cpu")
+    assert rc == 1 and "repeat an id" in result.error
+
+
+def test_a_slow_disk_is_reported_as_the_bottleneck(tiny_data, tmp_path, monkeypatch, capsys):
+    """Writes made slow on purpose: the forward waits for free buffers, and the stage says
+    the disk is the bottleneck with the measured bandwidth."""
+    import time
+
+    from pipeline.eagle3 import shard_writer
+
+    real = shard_writer.StreamingShard._write_piece
+
+    def slow(self, t, at):
+        time.sleep(0.05)
+        real(self, t, at)
+
+    monkeypatch.setattr(shard_writer.StreamingShard, "_write_piece", slow)
+    res = ok(hidden_states, tmp_path, tokens=tiny_data["tokens"], verifier=tiny_data["verifier"],
+             out=tmp_path / "h", limit=60, batch_tokens=512, write_buffers=2, device="cpu",
+             dtype="float32")
+    m = res.metrics
+    assert m["disk_bound"] is True and m["write_stall_share"] > 0.1
+    assert m["written_gb"] > 0 and m["write_gb_s"] > 0 and m["write_method"] == "pwrite"
+    assert "the disk is the bottleneck" in capsys.readouterr().out
+
+
+def test_mmap_writes_give_the_same_shards(tiny_data, tmp_path):
+    ok(hidden_states, tmp_path, tokens=tiny_data["tokens"], verifier=tiny_data["verifier"],
+       out=tmp_path / "h", shard_tokens=4000, batch_tokens=2048, device="cpu",
+       dtype="float32", write_method="mmap", write_buffers=3)
+    for a, b in zip(sorted(tiny_data["hidden"].glob("shard-*")),
+                    sorted((tmp_path / "h").glob("shard-*")), strict=True):
+        assert a.read_bytes() == b.read_bytes()
