@@ -6,8 +6,10 @@ Every figure is measured in the same run against its own baseline:
 - ``matmul``: a bf16 8192^3 matrix product, the ceiling MFU is quoted against;
 - ``extract``: a Llama-3.2-1B-shaped verifier (random weights, bf16, sdpa) over B x S random
   tokens: the body's plain forward, then the stage's capture (hooks, gather, copy to pinned
-  memory on a side stream) and the stage's whole ``extract`` (the same plus writing shards);
-  overhead is against the plain forward of the same batches;
+  memory on a side stream) and the stage's whole ``extract`` (the same plus writing shards,
+  with each write method, to disk and to /dev/shm; the writer's own bandwidth and the share
+  of time the forward waited for it come from the stage's measurements); overhead is
+  against the plain forward of the same batches;
 - ``train``: one drafter training step at the EAGLE-3 shape (H 2048, draft vocab 32k,
   target vocab 128k) with the stage's own ``TTTLoss``: bf16 autocast, fused AdamW, fp32 loss;
   MFU counts the FLOPs the step must do (trainable layers x3, the frozen lm_head x2 since
@@ -163,7 +165,8 @@ def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir:
            "loss_mask": torch.ones(tokens, dtype=torch.uint8), "path": workdir / "tokens"}
     n_samples = batch * iters
     plan = [(0, n_samples)]
-    args = SimpleNamespace(batch_tokens=batch * seq, max_batch_size=batch, verifier="bench")
+    args = SimpleNamespace(batch_tokens=batch * seq, max_batch_size=batch, verifier="bench",
+                           write_method="pwrite", write_buffers=4)
     shape = f"{'tiny' if tiny else 'Llama-3.2-1B'} B={batch} S={seq} x{iters}"
     rows = [
         {"name": "extract: plain forward", "config": shape, "ms": t_plain * 1e3 / iters,
@@ -173,15 +176,16 @@ def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir:
          "overhead": t_capture / t_plain - 1}]
     from pipeline.eagle3.shards import INDEX, SHARD_FORMAT
 
-    for target in targets:
+    for target, method in [(t, m) for t in targets for m in ("pwrite", "mmap")]:
         out = target / "hidden"
         out.mkdir(parents=True, exist_ok=True)
+        args.write_method = method
         extract(model, tok, plan, [0], aux_layers, out, "bench", device, dtype, args,
                 on_shard=lambda i: None)  # warm-up (allocations, first file)
         sync(device)
         t0 = time.perf_counter()
-        extract(model, tok, plan, [0], aux_layers, out, "bench", device, dtype, args,
-                on_shard=lambda i: None)
+        stats = extract(model, tok, plan, [0], aux_layers, out, "bench", device, dtype, args,
+                        on_shard=lambda i: None)
         sync(device)
         t_extract = time.perf_counter() - t0
         size = (out / "shard-00000.safetensors").stat().st_size
@@ -191,10 +195,12 @@ def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir:
                                                "sample_start": 0, "num_samples": n_samples,
                                                "tokens": tokens}]}))
         where = "memory" if str(target).startswith("/dev/shm") else "disk"
-        rows.append({"name": f"extract: stage extract() + shards to {where}",
+        rows.append({"name": f"extract: stage extract() + shards to {where} ({method})",
                      "config": shape, "ms": t_extract * 1e3 / iters,
                      "tokens_s": tokens / t_extract, "overhead": t_extract / t_plain - 1,
-                     "note": f"{size / 1e9:.2f} GB written, {size / t_extract / 1e9:.1f} GB/s"})
+                     "note": f"{size / 1e9:.2f} GB, {size / t_extract / 1e9:.1f} GB/s end to "
+                             f"end; writer {stats.get('write_gb_s') or 0:.1f} GB/s, forward "
+                             f"waited {stats.get('write_stall_share') or 0:.0%}"})
     return rows
 
 
