@@ -103,8 +103,8 @@ def tiny_trained(tiny_data, tmp_path_factory) -> dict[str, Any]:
 
 ARCH_VERIFIER = {"prompts": 12, "seed": 0, "vocab_size": 400, "corpus_files": 6,
                  "hidden_size": 64, "layers": 7, "heads": 4, "kv_heads": 2,
-                 "intermediate_size": 128, "train_samples": 300, "steps": 30,
-                 "batch_size": 16, "check_prompts": 2, "min_reasoning_rate": 0.0,
+                 "intermediate_size": 128, "train_samples": 200, "steps": 12,
+                 "batch_size": 8, "check_prompts": 0,
                  "device": "cpu"}
 
 

@@ -5,6 +5,7 @@ every verifier-side stage: generate -> tokenize -> hidden_states -> vocab -> tra
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,10 +15,13 @@ from harness.gates import gate_items
 from pipeline.eagle3 import generate, verify
 from pipeline.eagle3.drafter import load_drafter, verifier_matrix
 from pipeline.eagle3.shards import ShardReader, list_shards
+from pipeline.params import check_params
+from pipeline.spec import load_spec
 
 from .conftest import VERIFY_SMALL, ok, run_stage
 
 pytestmark = pytest.mark.ml
+ROOT = Path(__file__).resolve().parents[2]
 
 ARCHS = ["deepseek_v3", "qwen3"]
 
@@ -114,6 +118,18 @@ def test_verify_runs_the_functional_checks(arch_trained, arch, tmp_path):
     assert all(i.passed for i in items)
     (failing,) = gate_items({"min_measured_speedup": m["measured_speedup"] + 1.0}, m)
     assert not failing.passed and failing.metric == "measured_speedup"
+    # every threshold of the H200 example's gate reads a metric the stage really emits
+    h200 = load_spec(ROOT / "examples" / "eagle3-h200.yaml").stage("verify")
+    assert "min_measured_speedup" in h200.gate
+    assert all(i.value is not None for i in gate_items(h200.gate, m))
+
+
+def test_h200_example_parameters_are_the_stages_own():
+    spec = load_spec(ROOT / "examples" / "eagle3-h200.yaml")
+    assert check_params(spec, "eagle3-h200.yaml") == []
+    train_stage = spec.stage("train")
+    assert train_stage.params["online"] is True and "hidden_states" not in train_stage.params
+    assert spec.stage("verifier").params["layers"] == 18
 
 
 @pytest.mark.parametrize("arch", ARCHS)
