@@ -13,6 +13,8 @@ Sections (``--sections``, in this order; each baseline is measured in the same r
   the hidden_states stage on the same tokens; the states must agree within bf16 tolerance;
 - ``online``: offline (hidden_states + train on shards) against ``train --online`` on the
   pipeline's tokens with the spec's train parameters: tokens/s end to end, shards written;
+  then the same in one process at the Llama-3.2-1B shape (``bench/eagle3_gpu.py``'s
+  ``online`` section), with the epoch count from which offline's extraction pays off;
 - ``writes``: the extraction's write methods (pwrite, mmap) to disk and /dev/shm at the
   Llama-3.2-1B shape (``bench/eagle3_gpu.py``'s extract section).
 
@@ -176,8 +178,8 @@ def section_split(args, work: Path, rows: list, record: dict) -> None:
         label = "cpu + disk"
     else:
         single = {"device": "cuda", "dtype": "bfloat16"}
-        # fp32 on disk -> bf16 in memory: 0.4 x the file size is 80% of the bf16 weights,
-        # less what accelerate reserves: the GPU must leave layers to the CPU.
+        # The verifier stage saves fp32, the stage computes in bf16: 0.2 x the file size is
+        # 40% of the weights in memory, so accelerate must leave layers to the CPU.
         spread = {**single, "max_memory": {"0": int(0.2 * weights), "cpu": "64GiB"}}
         label = "cuda:0 + cpu"
     one = stage("hidden_states", {**common, **single, "out": bench / "one"},
@@ -273,6 +275,19 @@ def section_online(args, work: Path, peak: float | None, rows: list, record: dic
                              on["metrics"].get("heldout_acc_pos1")]}
 
 
+def section_online_1b(args, rows: list, record: dict) -> None:
+    """The same comparison in one process at the Llama-3.2-1B shape (bench/eagle3_gpu.py)."""
+    from eagle3_gpu import bench_online
+
+    device = torch.device("cpu" if args.tiny else "cuda")
+    b, s, n = (2, 64, 3) if args.tiny else (4, 2048, 12)
+    got = bench_online(device, args.tiny, b, s, n, Path(tempfile.mkdtemp(prefix="eagle3-on-")))
+    for r in got:
+        rows.append({"name": r["name"], "value": r.get("tokens_s"), "unit": "tokens/s",
+                     "note": f"{r['config']}; {r.get('note', '')}"})
+    record["online_vs_offline_1b"] = got
+
+
 def section_writes(args, rows: list, record: dict) -> None:
     from eagle3_gpu import bench_extract
 
@@ -343,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             section_split(args, work, rows, record)
         elif section == "online":
             section_online(args, work, peak, rows, record)
+            section_online_1b(args, rows, record)
         elif section == "writes":
             section_writes(args, rows, record)
         store.write_text(json.dumps(record, indent=2, default=str))
