@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import state.store as store_mod
+import state.tx as store_mod  # SNAPSHOT_EVERY lives with the write transaction
 from harness.importers import import_file
 from state.store import Store
 

@@ -23,7 +23,7 @@ import time
 from dbarg import add_db_args, bench_db
 
 from harness import todos
-from state import store as store_mod
+from state import connection as connection_mod
 from state.store import Store
 
 ITEMS_PER_WRITER = 10
@@ -33,7 +33,7 @@ CYCLE = ("in_progress", "completed", "pending")
 def worker(url: str, w: int, writes: int, unlocked: bool, start: mp.Event,
            out: mp.Queue) -> None:
     if unlocked:
-        store_mod.write_lock_sql = lambda dialect: "BEGIN" if dialect == "sqlite" else "SELECT 1"
+        connection_mod.write_lock_sql = lambda dialect: "BEGIN" if dialect == "sqlite" else "SELECT 1"
     store = Store.open(url)
     sid = store.session_by_name("shared").id
     nums = [w * ITEMS_PER_WRITER + k + 1 for k in range(ITEMS_PER_WRITER)]

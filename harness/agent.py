@@ -68,7 +68,8 @@ def apply_write(tx: Tx, write: AgentWrite, *, sees_response: bool = True,
     first = tx.emitted
     seen_n = tx.state.n
     base_text = tx.agent_view_text(actor)
-    base_format, base_n, base = _parse_view(base_text) if base_text else (None, None, None)
+    base_format, base_n, base, base_kept = (_parse_view(base_text) if base_text
+                                            else (None, None, None, frozenset()))
     current = tx.state.todos
     # Nobody wrote to the session since this agent's last view: its base is still the list.
     untouched = base is not None and base_n == seen_n and base_format == caps.name
@@ -96,15 +97,20 @@ def apply_write(tx: Tx, write: AgentWrite, *, sees_response: bool = True,
             view = view_of(list(tx.state.todos.values()), caps, agent_ids)
     else:
         view = sent_view(write, p.matched, created)
+    kept = frozenset(p.kept)
     if base is None or base_format != caps.name or tuple(view) != base \
-            or (sees_response and base_n != tx.state.n):
-        doc = {"format": caps.name, "n": tx.state.n, "items": view}
+            or (sees_response and base_n != tx.state.n) or kept != base_kept:
+        doc: dict[str, Any] = {"format": caps.name, "n": tx.state.n, "items": view}
+        if kept:
+            doc["kept"] = sorted(kept)
         text_ = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
         tx.set_agent_view(actor, text_, ts=ts)
-        _remember_view(text_, (caps.name, tx.state.n, tuple(view)))
+        _remember_view(text_, (caps.name, tx.state.n, tuple(view), kept))
     if sees_response:
         notes += standing_notes(tx.state.todos, caps)
     for num in p.kept:
+        if num in base_kept:
+            continue  # said when the agent first left it out; not on every write since
         t = tx.state.todos[num]
         notes.append(f"kept t{num} {t.content!r}: added by {t.origin}, "
                      "agents do not remove it")
@@ -122,7 +128,8 @@ def _patched(base: tuple[ViewItem, ...], todos: dict[int, TodoState],
     return [fresh[v.num]._replace(agent_id=v.agent_id) if v.num in fresh else v for v in base]
 
 
-ParsedView = tuple[str | None, int | None, tuple[ViewItem, ...] | None]
+# (format, the session's event number it was taken at, items, people's items it left out)
+ParsedView = tuple[str | None, int | None, tuple[ViewItem, ...] | None, frozenset[int]]
 _VIEWS: OrderedDict[str, ParsedView] = OrderedDict()
 _VIEWS_MAX = 256
 
@@ -145,10 +152,13 @@ def _parse_view(text: str) -> ParsedView:
     try:
         doc = json.loads(text)
         n = doc.get("n")
+        kept = doc.get("kept") or []
         parsed: ParsedView = (doc.get("format"), n if isinstance(n, int) else None,
-                              tuple(ViewItem(*row) for row in doc["items"]))
+                              tuple(ViewItem(*row) for row in doc["items"]),
+                              frozenset(k for k in kept if isinstance(k, int)))
     except (ValueError, KeyError, TypeError, AttributeError):
-        parsed = (None, None, None)  # an unreadable view is no view: merge as a first write
+        # An unreadable view is no view: merge as a first write.
+        parsed = (None, None, None, frozenset())
     _remember_view(text, parsed)
     return parsed
 
@@ -174,24 +184,34 @@ _GLYPH = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]", "blocked":
           "cancelled": "[-]"}
 
 
-def prompt_block(todos: list[TodoState], session_name: str = "") -> str:
+PROMPT_TAIL = "Kept by todo-harness; update it with todowrite."
+
+
+def prompt_block(todos: list[TodoState], session_name: str = "", *,
+                 tail: str = PROMPT_TAIL) -> str:
     """A compact list to paste back into an agent's context after compaction."""
     by_num = {t.num: t for t in todos}
     done = sum(t.status == "completed" for t in todos)
     head = f"Todo list{f' (session {session_name})' if session_name else ''}: " \
-           f"{done}/{len(todos)} completed. Kept by todo-harness; update it with todowrite."
+           f"{done}/{len(todos)} completed. {tail}"
     lines = [head]
-    for t in todos:
-        line = f"{_GLYPH.get(t.status, '[?]')} t{t.num} {safe_line(t.content)} ({t.priority})"
-        waits = unmet_dependencies(t, by_num)
-        if waits:
-            line += " - waiting on " + ", ".join(f"t{d}" for d in waits)
-        if t.status == "blocked":
-            line += f" - blocked: {safe_line(t.blocked_reason or 'no reason given')}"
-        lines.append(line)
+    lines.extend(prompt_line(t, by_num) for t in todos)
     if not todos:
         lines.append("(empty)")
     return "\n".join(lines)
+
+
+def prompt_line(t: TodoState, by_num: dict[int, TodoState], width: int | None = None) -> str:
+    """One todo as the prompt block shows it: ``[>] t3 Train the drafter (high)``."""
+    text = safe_line(t.content, width) if width else safe_line(t.content)
+    line = f"{_GLYPH.get(t.status, '[?]')} t{t.num} {text} ({t.priority})"
+    waits = unmet_dependencies(t, by_num)
+    if waits:
+        line += " - waiting on " + ", ".join(f"t{d}" for d in waits)
+    if t.status == "blocked":
+        reason = t.blocked_reason or "no reason given"
+        line += f" - blocked: {safe_line(reason, width) if width else safe_line(reason)}"
+    return line
 
 
 def todo_json(t: TodoState, by_num: dict[int, TodoState]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from state.fold import (
     diff_todo,
     unmet_dependencies,
 )
-from state.models import SessionRow
+from state.readers import SessionInfo
 
 MAX_LOG_BYTES = 1024 * 1024
 DEFAULT_LOG_BYTES = 64 * 1024
@@ -57,7 +57,7 @@ class ToolEnv:
     harness: Harness
     actor: str
 
-    def session(self, name: str | None) -> SessionRow:
+    def session(self, name: str | None) -> SessionInfo:
         if not name:
             return self.harness.session()
         row = self.harness.store.session_by_name(name)
@@ -90,7 +90,10 @@ class ToolSpec:
         return jsonschema.Draft202012Validator(self.check_schema or self.schema)
 
     def check(self, args: Mapping[str, Any]) -> None:
-        size = len(json.dumps(args, ensure_ascii=False).encode())
+        try:
+            size = len(json.dumps(args, ensure_ascii=False).encode())
+        except RecursionError:
+            raise InputError("arguments are nested too deeply", where=self.name) from None
         if size > formats.max_payload_bytes():
             raise PayloadTooLarge(f"arguments are {size} bytes, over the limit of "
                                   f"{formats.max_payload_bytes()}", where=self.name,
@@ -119,13 +122,13 @@ def _json_path(parts: Any) -> str:
 
 # -- schemas --------------------------------------------------------------------------
 
+# Repeated in every tool's schema: each word here costs the agent's context nine times.
 _SESSION = {"type": "string", "minLength": 1,
-            "description": "Session name. Leave out to use the server's session "
-                           "(--session / HARNESS_SESSION / the current one)."}
+            "description": "Session name (default: the server's)."}
 _TODO_ID = {"type": ["string", "integer"], "pattern": r"^\s*[tT]?\d+\s*$", "minimum": 1,
-            "description": "A todo id as the harness shows it, e.g. \"t3\" (or 3)."}
+            "description": "e.g. \"t3\""}
 _RUN_ID = {"type": ["string", "integer"], "pattern": r"^\s*[rR]?\d+\s*$", "minimum": 1,
-           "description": "A run id, e.g. \"r2\" (or 2)."}
+           "description": "e.g. \"r2\""}
 _PRIORITY = {"type": "string", "enum": ["high", "medium", "low", "H", "M", "L"]}
 
 
@@ -210,6 +213,15 @@ def _todo_update(env: ToolEnv, args: dict[str, Any]) -> Answer:
         or "nothing changed"
     return Answer(data, f"{out.todo.id} {safe_line(out.todo.content, 80)}: {what}\n"
                         + json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _claim_next(env: ToolEnv, args: dict[str, Any]) -> Answer:
+    from harness.claims import next_ready, render_next
+
+    sess = env.session(args.get("session"))
+    found = next_ready(env.harness.store, sess.id, claim=True, actor=env.actor)
+    text, data = render_next(found, sess.name, claimed=True)
+    return Answer(data, text)
 
 
 # -- pipeline, runs, verification ------------------------------------------------------
@@ -428,6 +440,12 @@ TOOLS: dict[str, ToolSpec] = {t.name: t for t in [
                                                 "numbers if a check failed."},
               "session": _SESSION}, ("id",)), _todo_update, read_only=False),
     ToolSpec(
+        "claim_next", "Claim the next todo",
+        "Take the highest-priority ready todo (pending, dependencies done, not a pipeline "
+        "stage) and mark it in_progress as yours, atomically: agents working in parallel "
+        "never get the same one. Answers with the todo, or why nothing is ready.",
+        _obj({"session": _SESSION}), _claim_next, read_only=False),
+    ToolSpec(
         "pipeline_status", "Pipeline status",
         "Where the pipeline stands: each stage bound to a todo (status, what it waits on, "
         "why it is blocked, its last run with host, duration and exit code, and the last "
@@ -472,6 +490,18 @@ TOOLS: dict[str, ToolSpec] = {t.name: t for t in [
               "to": {"type": "integer", "minimum": 0},
               "session": _SESSION}), _replay),
 ]}
+
+
+def select_tools(names: str | None) -> dict[str, ToolSpec]:
+    """The tools ``harness mcp --tools a,b,c`` serves (None or empty: all of them)."""
+    if not names or not names.strip():
+        return dict(TOOLS)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in TOOLS]
+    if unknown:
+        raise UsageError(f"unknown tool {unknown[0]!r} (known: {', '.join(TOOLS)})",
+                         where="--tools")
+    return {n: TOOLS[n] for n in TOOLS if n in wanted}
 
 
 def call(env: ToolEnv, name: str, args: Mapping[str, Any] | None) -> Answer:

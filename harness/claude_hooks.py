@@ -1,39 +1,51 @@
-"""Claude Code hooks: its todo calls go into the store, and the list comes back to it.
+"""Claude Code hooks: its todo calls go into the store, its context cuts into the history,
+and the list comes back to it after every cut.
 
 ``harness hook claude-code`` gets one hook payload (JSON) on stdin, as Claude Code sends
-it to a ``command`` hook:
+it to a ``command`` hook (every payload has ``session_id``, ``transcript_path``, ``cwd``
+and ``hook_event_name``):
 
-* ``PostToolUse`` with ``tool_name`` ``TodoWrite``: ``tool_input`` is the whole list; it is
-  merged like any agent write (:func:`harness.agent.todowrite`) with
-  ``sees_response=False``, because Claude never reads a hook's answer: its next write is
-  compared with what it sent, not with what we hold.
-* ``PostToolUse`` with ``TaskCreate`` / ``TaskUpdate`` (Claude Code >= 2.1.16, the
-  per-task tools): one item is created, changed or (status ``deleted``) removed. Claude's
-  task ids are mapped to ours in an agent view of their own (key
-  ``agent:claude-code/tasks``, format ``claude-tasks``), each as
-  ``<claude session id>:<task id>``, since Claude numbers tasks from 1 in every session.
-  A delivery seen twice does nothing the second time.
-* ``SessionStart`` (``source`` startup, resume, clear or compact): prints the list as
-  ``hookSpecificOutput.additionalContext``, which Claude Code adds to the model's context,
-  so the list survives ``/compact``, ``/clear`` and a restart.
+* ``PostToolUse`` of ``TodoWrite``: ``tool_input`` is the whole list; it is merged like
+  any agent write (:func:`harness.agent.todowrite`) with ``sees_response=False``,
+  because Claude never reads a hook's answer.
+* ``PostToolUse`` of ``TaskCreate`` / ``TaskUpdate`` (Claude Code's per-task tools), and
+  the ``TaskCreated`` / ``TaskCompleted`` events (``task_id``, ``task_subject``,
+  ``task_description``): one item is created, changed, completed or (status
+  ``deleted``) removed. Claude's task ids are mapped to ours in an agent view of their
+  own (key ``agent:claude-code/tasks``), each as ``<task list>:<task id>``: the list is
+  ``CLAUDE_CODE_TASK_LIST_ID`` when set, else Claude's session id (Claude numbers the
+  tasks of each list from 1). A task id a resumed or forked session inherited is found
+  under the list it came from. A delivery seen twice (``TaskCreated`` and
+  ``PostToolUse`` for one task) does nothing the second time.
+* ``PreCompact``, ``PostCompact`` and ``SessionStart`` (``source`` ``startup``,
+  ``resume``, ``clear``, ``compact``): each cut of Claude's context is one
+  ``agent.context`` event in the session's history (``harness replay`` shows where the
+  agent's memory was cut), and ``SessionStart`` answers with the list as
+  ``hookSpecificOutput.additionalContext``, which Claude Code puts into the new context.
 
-Everything else is ignored. A hook must never stand in the agent's way: the CLI command
-catches every error, logs it to ``<data dir>/logs/hooks.log`` and exits 0.
+One harness session follows one piece of work across Claude's changing session ids
+(:func:`session_for`): ``--session``, else ``CLAUDE_CODE_TASK_LIST_ID``, else
+``HARNESS_SESSION``, else the project directory (``CLAUDE_PROJECT_DIR``, else the
+payload's ``cwd``): with a project store there (``harness init``), its current session;
+with a store elsewhere, a session named after the directory.
+
+Everything else is ignored. A hook never stands in the agent's way: the CLI catches
+every error, logs it to ``<data dir>/logs/hooks.log`` and exits 0.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from harness import formats
-from harness.agent import prompt_block, todowrite
 from harness.context import Harness
 from harness.errors import InputError
 from harness.formats import ViewItem
-from harness.todos import reaches
+from harness.paths import find_project_store
 from state.store import Tx
 
 ACTOR = "agent:claude-code"
@@ -41,7 +53,56 @@ TASK_VIEW = ACTOR + "/tasks"
 TASK_FORMAT = "claude-tasks"
 TASK_STATUSES = ("pending", "in_progress", "completed")
 TODO_TOOLS = ("TodoWrite", "TaskCreate", "TaskUpdate")
+CONTEXT_KIND = "agent.context"
+SESSION_SOURCES = ("startup", "resume", "clear", "compact")
+LIST_ENV = "CLAUDE_CODE_TASK_LIST_ID"
 
+
+# -- which harness session ----------------------------------------------------------------
+
+def project_dir(payload: Mapping[str, Any]) -> Path | None:
+    raw = os.environ.get("CLAUDE_PROJECT_DIR") or payload.get("cwd")
+    return Path(raw) if isinstance(raw, str) and raw else None
+
+
+def project_session_name(directory: Path) -> str:
+    """The session a project directory's work goes to in a store outside the project."""
+    name = re.sub(r"[^\w.-]+", "-", directory.name).strip("-.")
+    return name or "root"
+
+
+def session_for(payload: Any, explicit: str | None = None, *,
+                list_env: str | None = LIST_ENV) -> str | None:
+    """The harness session for this hook payload (None: the store's current one).
+
+    ``--session``, then ``list_env`` (``CLAUDE_CODE_TASK_LIST_ID``: a list shared by
+    several Claude sessions is one piece of work), then ``HARNESS_SESSION``, then the
+    project directory.
+    """
+    if explicit:
+        return explicit
+    for env in (list_env, "HARNESS_SESSION"):
+        if env is None:
+            continue
+        value = os.environ.get(env, "").strip()
+        if value:
+            return value
+    if not isinstance(payload, Mapping):
+        return None
+    directory = project_dir(payload)
+    if directory is None:
+        return None
+    if os.environ.get("HARNESS_DB") is None and find_project_store(directory) is not None:
+        return None  # the project's own store: its current session, as `harness list` sees
+    return project_session_name(directory)
+
+
+def task_list(payload: Mapping[str, Any]) -> str:
+    """The Claude task list a task id belongs to."""
+    return os.environ.get(LIST_ENV, "").strip() or str(payload.get("session_id") or "")
+
+
+# -- dispatch -----------------------------------------------------------------------------
 
 def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     """Act on one hook payload; return what to print on stdout (None: nothing)."""
@@ -49,7 +110,19 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         raise InputError(f"hook payload must be a JSON object, not {type(payload).__name__}")
     event = payload.get("hook_event_name")
     if event == "SessionStart":
+        source = payload.get("source")
+        if source in SESSION_SOURCES:
+            record_cut(harness, payload, str(source), actor=actor)
         return session_start(harness)
+    if event in ("PreCompact", "PostCompact"):
+        record_cut(harness, payload, "compact", actor=actor, phase=event)
+        return None
+    if event == "TaskCreated":
+        task_created(harness, payload, actor=actor)
+        return None
+    if event == "TaskCompleted":
+        task_completed(harness, payload, actor=actor)
+        return None
     if event != "PostToolUse":
         return None
     tool = payload.get("tool_name")
@@ -61,27 +134,85 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     ref = payload.get("tool_use_id") if isinstance(payload.get("tool_use_id"), str) else None
     sid = harness.session(create=True).id
     if tool == "TodoWrite":
+        from harness import formats
+        from harness.agent import todowrite
+
         write = formats.parse(dict(tool_input), "claude", where="TodoWrite tool_input")
         todowrite(harness.store, sid, write, actor=actor, sees_response=False, ref=ref)
         return None
-    claude_session = str(payload.get("session_id") or "")
     if tool == "TaskCreate":
-        task_create(harness, sid, claude_session, tool_input, payload.get("tool_response"),
-                    actor=actor, ref=ref)
+        task_create(harness, sid, task_list(payload), tool_input,
+                    payload.get("tool_response"), actor=actor, ref=ref)
     else:
-        task_update(harness, sid, claude_session, tool_input, actor=actor, ref=ref)
+        task_update(harness, sid, task_list(payload), tool_input, actor=actor, ref=ref)
     return None
 
 
+# -- the list back, and the cuts in the history ----------------------------------------------
+
+RESTORE_TAIL = ("Kept by todo-harness across compactions, clears and restarts; your "
+                "TodoWrite and Task calls update it. Carry on from here.")
+
+
 def session_start(harness: Harness) -> str | None:
+    from harness.agent import prompt_block
+
     sess = harness.session(create=True)
     todos = sorted(harness.store.todos(sess.id), key=lambda t: (t.position, t.num))
     if not todos:
         return None  # nothing to restore; say nothing rather than add noise
-    block = prompt_block(todos, sess.name)
+    block = prompt_block(todos, sess.name, tail=RESTORE_TAIL)
     return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
                                               "additionalContext": block}},
                       ensure_ascii=False)
+
+
+def record_cut(harness: Harness, payload: Mapping[str, Any], cut: str, *, actor: str,
+               phase: str | None = None) -> bool:
+    """One ``agent.context`` event per cut of the agent's context. A compaction reaches
+    us up to three times (PreCompact, PostCompact, SessionStart ``compact``): the first
+    is recorded, the others find it last in the history and add nothing."""
+    claude_session = str(payload.get("session_id") or "")
+    data: dict[str, Any] = {"agent": actor.removeprefix("agent:"), "cut": cut,
+                            "agent_session": claude_session}
+    trigger = payload.get("trigger")
+    if isinstance(trigger, str) and trigger:
+        data["trigger"] = trigger  # manual (/compact) or auto
+    if phase:
+        data["hook"] = phase
+    sid = harness.session(create=True).id
+    with harness.store.write(sid, actor) as tx:
+        last = _last_event(tx)
+        if (last is not None and last[0] == CONTEXT_KIND
+                and last[1].get("agent_session") == claude_session
+                and last[1].get("cut") == cut):
+            return False
+        tx.emit(CONTEXT_KIND, payload=data)
+        forget_view(tx, actor)
+        return True
+
+
+def forget_view(tx: Tx, actor: str) -> None:
+    """After a cut the agent's whole-list writes start from what the new context holds,
+    not from what the old one knew: the first list it writes then removes nothing it
+    leaves out (the silent deletions after compaction and /clear that Claude Code's users
+    report). Its items still match the stored ones by text, so nothing is duplicated."""
+    text = tx.agent_view_text(actor)
+    if not text:
+        return
+    try:
+        fmt = json.loads(text).get("format")
+    except (ValueError, AttributeError):
+        fmt = None
+    tx.set_agent_view(actor, {"format": fmt, "n": tx.state.n, "items": []})
+
+
+def _last_event(tx: Tx) -> tuple[str, dict[str, Any]] | None:
+    if not tx.state.n:
+        return None
+    row = tx.fetch_one("SELECT kind, payload FROM events WHERE session_id = ? AND n = ?",
+                       tx.session_id, tx.state.n)
+    return (row[0], json.loads(row[1])) if row else None
 
 
 # -- the per-task tools ---------------------------------------------------------------
@@ -103,6 +234,19 @@ def _save_map(tx: Tx, items: list[ViewItem]) -> None:
     # Tasks removed from the store (by a person, or by the agent's own TodoWrite) drop out.
     items = [v for v in items if v.num in tx.state.todos]
     tx.set_agent_view(TASK_VIEW, {"format": TASK_FORMAT, "items": items})
+
+
+def _find(tasks: list[ViewItem], tx: Tx, list_id: str, task_id: str) -> int | None:
+    """The index of Claude's task ``task_id`` of ``list_id`` in the map; a resumed or
+    forked session's inherited task is found under the latest list that has that id."""
+    live = [(i, v) for i, v in enumerate(tasks) if v.num in tx.state.todos and v.agent_id]
+    for i, v in live:
+        if v.agent_id == f"{list_id}:{task_id}":
+            return i
+    if any(v.agent_id and v.agent_id.startswith(list_id + ":") for _, v in live):
+        return None  # this list has tasks of its own: an unknown id is unknown
+    inherited = [i for i, v in live if v.agent_id and v.agent_id.rsplit(":", 1)[1] == task_id]
+    return inherited[-1] if inherited else None
 
 
 _TASK_ID_IN_TEXT = re.compile(r"Task #?(\w+)")
@@ -142,7 +286,19 @@ def _text(value: Any, name: str) -> str | None:
     return value
 
 
-def task_create(harness: Harness, sid: int, claude_session: str, tool_input: Mapping[str, Any],
+def _create(tx: Tx, tasks: list[ViewItem], key: str, subject: str, active: str | None,
+            description: str | None, status: str = "pending") -> int | None:
+    if any(v.agent_id == key and v.num in tx.state.todos for v in tasks):
+        return None  # the same task delivered twice (TaskCreated, then PostToolUse)
+    todo = tx.create_todo(subject, active_form=active, origin="agent", status=status)
+    if description and description.strip() and description.strip() != subject.strip():
+        tx.emit("todo.noted", todo_id=todo.num, payload={"text": description})
+    tasks.append(ViewItem(todo.num, subject, status, None, active, key))
+    _save_map(tx, tasks)
+    return todo.num
+
+
+def task_create(harness: Harness, sid: int, list_id: str, tool_input: Mapping[str, Any],
                 response: Any, *, actor: str = ACTOR, ref: str | None = None) -> int | None:
     subject = _text(tool_input.get("subject"), "TaskCreate.subject")
     if not subject or not subject.strip():
@@ -153,27 +309,70 @@ def task_create(harness: Harness, sid: int, claude_session: str, tool_input: Map
         tasks = _task_map(tx)
         task_id = created_task_id(response)
         if task_id is None:
-            # Claude numbers a session's tasks 1, 2, 3...: the next one is a safe guess.
+            # Claude numbers a list's tasks 1, 2, 3...: the next one is a safe guess.
             mine = [int(v.agent_id.rsplit(":", 1)[1]) for v in tasks if v.agent_id
-                    and v.agent_id.startswith(claude_session + ":")
+                    and v.agent_id.startswith(list_id + ":")
                     and v.agent_id.rsplit(":", 1)[1].isdigit()]
             task_id = str(max(mine, default=0) + 1)
-        key = f"{claude_session}:{task_id}"
-        if any(v.agent_id == key and v.num in tx.state.todos for v in tasks):
-            return None  # the same call delivered twice
-        todo = tx.create_todo(subject, active_form=active, origin="agent")
-        if description and description.strip() and description.strip() != subject.strip():
-            tx.emit("todo.noted", todo_id=todo.num, payload={"text": description})
-        tasks.append(ViewItem(todo.num, subject, "pending", None, active, key))
+        return _create(tx, tasks, f"{list_id}:{task_id}", subject, active, description)
+
+
+def _event_task(payload: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
+    task_id = payload.get("task_id")
+    if task_id is None or str(task_id).strip() == "":
+        raise InputError(f"{payload.get('hook_event_name')}: missing task_id")
+    return (str(task_id), _text(payload.get("task_subject"), "task_subject"),
+            _text(payload.get("task_description"), "task_description"))
+
+
+def task_created(harness: Harness, payload: Mapping[str, Any], *,
+                 actor: str = ACTOR) -> int | None:
+    """``TaskCreated``: Claude is creating task ``task_id`` (fires before PostToolUse)."""
+    task_id, subject, description = _event_task(payload)
+    if not subject or not subject.strip():
+        raise InputError("TaskCreated: missing task_subject")
+    sid = harness.session(create=True).id
+    with harness.store.write(sid, actor) as tx:
+        return _create(tx, _task_map(tx), f"{task_list(payload)}:{task_id}", subject, None,
+                       description)
+
+
+def task_completed(harness: Harness, payload: Mapping[str, Any], *,
+                   actor: str = ACTOR) -> int | None:
+    """``TaskCompleted``: task ``task_id`` is marked completed (by this agent or a
+    teammate). A task we never saw is recorded, completed."""
+    task_id, subject, description = _event_task(payload)
+    list_id = task_list(payload)
+    sid = harness.session(create=True).id
+    with harness.store.write(sid, actor) as tx:
+        tasks = _task_map(tx)
+        idx = _find(tasks, tx, list_id, task_id)
+        if idx is None:
+            if not subject or not subject.strip():
+                raise InputError(f"TaskCompleted: task {task_id!r} was never seen and has "
+                                 "no task_subject")
+            return _create(tx, tasks, f"{list_id}:{task_id}", subject, None, description,
+                           status="completed")
+        item = tasks[idx]
+        assert item.num is not None
+        todo = tx.todo(item.num)
+        changes: dict[str, Any] = {"status": "completed"}
+        if todo.status == "blocked":
+            changes["blocked_reason"] = None
+        tx.update_todo(item.num, **changes)
+        tasks[idx] = item._replace(status="completed")
         _save_map(tx, tasks)
-        return todo.num
+        return item.num
 
 
-def task_update(harness: Harness, sid: int, claude_session: str, tool_input: Mapping[str, Any],
+def task_update(harness: Harness, sid: int, list_id: str, tool_input: Mapping[str, Any],
                 *, actor: str = ACTOR, ref: str | None = None) -> int | None:
+    from harness.todos import reaches
+
     task_id = tool_input.get("taskId", tool_input.get("task_id", tool_input.get("id")))
     if task_id is None:
         raise InputError("TaskUpdate: missing taskId")
+    task_id = str(task_id).lstrip("#")
     status = tool_input.get("status")
     if status is not None and status not in (*TASK_STATUSES, "deleted"):
         raise InputError(f"TaskUpdate.status: unknown status {status!r} (expected one of "
@@ -181,15 +380,13 @@ def task_update(harness: Harness, sid: int, claude_session: str, tool_input: Map
     subject = _text(tool_input.get("subject"), "TaskUpdate.subject")
     active = _text(tool_input.get("activeForm"), "TaskUpdate.activeForm")
     description = _text(tool_input.get("description"), "TaskUpdate.description")
-    key = f"{claude_session}:{task_id}"
     with harness.store.write(sid, actor, ref=ref) as tx:
         tasks = _task_map(tx)
-        by_key = {v.agent_id: i for i, v in enumerate(tasks) if v.num in tx.state.todos}
-        idx = by_key.get(key)
+        idx = _find(tasks, tx, list_id, task_id)
         if idx is None:
-            raise InputError(f"TaskUpdate: task {task_id!r} of Claude session "
-                             f"{claude_session or '?'} was never seen (hook installed "
-                             "after it was created?); skipped")
+            raise InputError(f"TaskUpdate: task {task_id!r} of Claude task list "
+                             f"{list_id or '?'} was never seen (hook installed after it "
+                             "was created?); skipped")
         item = tasks[idx]
         assert item.num is not None
         todo = tx.todo(item.num)
@@ -200,7 +397,7 @@ def task_update(harness: Harness, sid: int, claude_session: str, tool_input: Map
             return item.num
         changes: dict[str, Any] = {}
         # A status Claude did not change keeps ours, whoever set it; a blocked item is
-        # moved on only by starting or finishing it (BRIEF section 3).
+        # moved on only by starting or finishing it (harness/merge.py's rules).
         if (status is not None and status != item.status
                 and not (todo.status == "blocked" and status == "pending")):
             changes["status"] = status
@@ -211,12 +408,12 @@ def task_update(harness: Harness, sid: int, claude_session: str, tool_input: Map
         if active is not None and active != item.active_form:
             changes["active_form"] = active
         # Dependencies that would make a cycle are dropped: nothing could ever start.
-        deps = [d for d in _dependencies(tasks, claude_session, tool_input)
+        deps = [d for d in _nums(tasks, tx, list_id, tool_input.get("addBlockedBy"))
                 if d != item.num and not reaches(tx, [d], item.num)]
         if deps:
             changes["depends_on"] = sorted({*todo.depends_on, *deps})
         tx.update_todo(item.num, **changes)
-        for num in _dependents(tasks, claude_session, tool_input):
+        for num in _nums(tasks, tx, list_id, tool_input.get("addBlocks")):
             if num != item.num and num in tx.state.todos and not reaches(tx, [item.num], num):
                 other = tx.todo(num)
                 tx.update_todo(num, depends_on=sorted({*other.depends_on, item.num}))
@@ -230,19 +427,8 @@ def task_update(harness: Harness, sid: int, claude_session: str, tool_input: Map
         return item.num
 
 
-def _nums(tasks: list[ViewItem], claude_session: str, ids: Any) -> list[int]:
+def _nums(tasks: list[ViewItem], tx: Tx, list_id: str, ids: Any) -> list[int]:
     if not isinstance(ids, list):
         return []
-    keys = {f"{claude_session}:{i}" for i in ids}
-    return [v.num for v in tasks if v.agent_id in keys and v.num is not None]
-
-
-def _dependencies(tasks: list[ViewItem], claude_session: str,
-                  tool_input: Mapping[str, Any]) -> list[int]:
-    return _nums(tasks, claude_session, tool_input.get("addBlockedBy"))
-
-
-def _dependents(tasks: list[ViewItem], claude_session: str,
-                tool_input: Mapping[str, Any]) -> list[int]:
-    return _nums(tasks, claude_session, tool_input.get("addBlocks"))
-
+    found = (_find(tasks, tx, list_id, str(i).lstrip("#")) for i in ids)
+    return [tasks[i].num for i in found if i is not None and tasks[i].num is not None]

@@ -138,7 +138,7 @@ class CodexWatcher:
                 offset += len(raw)
                 try:
                     found = plan_call(json.loads(raw))
-                except ValueError:
+                except (ValueError, RecursionError):
                     found = None
                 if found is None:
                     yield offset

@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from harness.errors import NoSession
-from state.store import Store, dumps
+from state.store import Store
+from state.values import dumps
 
 EXPORT_FORMAT = "todo-harness/events"
 EXPORT_VERSION = 1

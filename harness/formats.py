@@ -1,6 +1,6 @@
 """Agent todo payloads: detect, parse and validate them, and render lists back.
 
-The shapes (BRIEF section 4):
+The shapes (as the agents send them; real samples are in tests/data/):
 
 =================  ===========================================  ==============================
 format             item fields                                  statuses
@@ -122,6 +122,9 @@ def loads(text: str, where: str = "stdin") -> Any:
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
                          where=where) from None
+    except RecursionError:
+        # Python's parser recurses per level: 100,000 nested arrays overflow its stack.
+        raise InputError("JSON nested too deeply", where=where) from None
 
 
 def _unwrap(obj: Any, where: str) -> Any:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.actions import gate_metric
+
 __all__ = ["GateItem", "gate_items"]
 
 
@@ -63,12 +65,7 @@ def gate_items(gate: dict[str, Any], metrics: dict[str, Any]) -> list[GateItem]:
     """
     items = []
     for key, threshold in gate.items():
-        if key.startswith("min_"):
-            metric, op = key[4:], ">="
-        elif key.startswith("max_"):
-            metric, op = key[4:], "<="
-        else:
-            metric, op = key, ">="
+        metric, op = gate_metric(key)
         value = metrics.get(metric)
 
         def good(v: float, t: float, op: str = op) -> bool:

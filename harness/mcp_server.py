@@ -32,7 +32,7 @@ from mcp.shared.exceptions import MCPError
 
 from harness import __version__
 from harness.agent import prompt_block, todo_json
-from harness.agent_tools import TOOLS, ToolEnv
+from harness.agent_tools import TOOLS, ToolEnv, ToolSpec
 from harness.context import Harness
 from harness.errors import KNOWN_ERRORS, InputError, render
 from harness.logfile import log
@@ -71,9 +71,11 @@ def _text_result(text: str, data: dict[str, Any] | None = None,
 class HarnessMCP:
     """One server: a Harness (store and session), the tools, and the resources."""
 
-    def __init__(self, harness: Harness, *, actor: str | None = None):
+    def __init__(self, harness: Harness, *, actor: str | None = None,
+                 tools: dict[str, ToolSpec] | None = None):
         self.harness = harness
         self.actor_override = actor
+        self.tools = tools if tools is not None else dict(TOOLS)
         self._limiter: anyio.CapacityLimiter | None = None
         self.server: Server[Any] = Server(
             SERVER_NAME, version=__version__, title="todo-harness",
@@ -100,17 +102,17 @@ class HarnessMCP:
             types.Tool(name=t.name, title=t.title, description=t.description,
                        input_schema=t.schema,
                        annotations=types.ToolAnnotations(
-                           title=t.title, read_only_hint=t.read_only,
+                           read_only_hint=t.read_only,
                            destructive_hint=False, idempotent_hint=t.read_only,
                            open_world_hint=False))
-            for t in TOOLS.values()])
+            for t in self.tools.values()])
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
-        spec = TOOLS.get(params.name)
+        spec = self.tools.get(params.name)
         if spec is None:
             raise MCPError(types.INVALID_PARAMS,
-                           f"unknown tool {params.name!r} (known: {', '.join(TOOLS)})")
+                           f"unknown tool {params.name!r} (known: {', '.join(self.tools)})")
         env = ToolEnv(self.harness, agent_name(ctx, self.actor_override))
         try:
             answer = await self._blocking(spec.call, env, params.arguments)
@@ -170,6 +172,7 @@ class HarnessMCP:
                           indent=2, ensure_ascii=False), "application/json"
 
 
-def serve(harness: Harness, *, actor: str | None = None) -> None:
+def serve(harness: Harness, *, actor: str | None = None,
+          tools: dict[str, ToolSpec] | None = None) -> None:
     """Serve on stdin/stdout until the client closes the connection."""
-    anyio.run(HarnessMCP(harness, actor=actor).serve_stdio)
+    anyio.run(HarnessMCP(harness, actor=actor, tools=tools).serve_stdio)

@@ -9,7 +9,7 @@ Agents send their whole list every time. We merge it three ways:
 
 A field the agent left as it was in its view keeps our value, so a priority or a status a
 person set survives the agent's next write even in formats that carry those fields. On top
-of that, BRIEF section 3's rules:
+of that, these rules (also in docs/ARCHITECTURE.md, "Agent writes"):
 
 * items match by id when the format has ids; else by exact content, then normalised content,
   then the same position with similar text (base first, then ours);

@@ -13,26 +13,35 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-import platformdirs
 
 APP = "todo-harness"
 PROJECT_DIR = ".harness"
 STORE_FILE = "state.db"
 DEFAULT_SESSION = "default"
+DEFAULT_STORE_HOW = "the user data directory"
 
+
+# platformdirs and tempfile are imported where used: an agent's hook that never needs
+# them should not pay for them (tests/agents/test_latency_imports.py).
 
 def data_dir() -> Path:
     env = os.environ.get("HARNESS_DATA_DIR")
-    return Path(env).expanduser() if env else Path(platformdirs.user_data_dir(APP))
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir(APP))
 
 
 def config_dir() -> Path:
     env = os.environ.get("HARNESS_CONFIG_DIR")
-    return Path(env).expanduser() if env else Path(platformdirs.user_config_dir(APP))
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir(APP))
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,7 @@ def resolve_store(db: str | None, cwd: Path | None = None) -> Resolved:
     project = find_project_store(cwd)
     if project is not None:
         return Resolved(str(project), f"{PROJECT_DIR}/ in {project.parent.parent}")
-    return Resolved(str(data_dir() / STORE_FILE), "the user data directory")
+    return Resolved(str(data_dir() / STORE_FILE), DEFAULT_STORE_HOW)
 
 
 def _sessions_file() -> Path:
@@ -84,6 +93,8 @@ def set_current_session(store_url: str, name: str) -> None:
     except (OSError, ValueError):
         data = {}
     data[store_url] = name
+    import tempfile
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".sessions-")
     with os.fdopen(fd, "w") as fh:

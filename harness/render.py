@@ -8,6 +8,7 @@ cursor, retitle the terminal or hide text. Newlines survive in full views and be
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from state.fold import Event
@@ -42,6 +43,29 @@ def safe_line(text: str, width: int | None = None) -> str:
                   (_escape(ch) if _is_control(ch) else ch) for ch in text.rstrip("\n"))
     if width is not None and len(out) > width:
         out = out[: max(width - 1, 0)] + "…"
+    return out
+
+
+def aligned(rows: Sequence[Sequence[str]], caps: Sequence[int | None] = (),
+            sep: str = "  ") -> list[str]:
+    """Rows of cells as lines whose columns line up however long a cell is: each column
+    (but the last) is as wide as its widest cell, or its cap (longer cells are cut with
+    ``…``). Cells are shown as one-line text."""
+    if not rows:
+        return []
+    n = max(len(r) for r in rows)
+    cells = [[safe_line(c) for c in r] + [""] * (n - len(r)) for r in rows]
+    caps = list(caps) + [None] * (n - len(caps))
+    widths = []
+    for i in range(n - 1):
+        widest = max(len(r[i]) for r in cells)
+        cap = caps[i]
+        widths.append(min(widest, cap) if cap else widest)
+    out = []
+    for r in cells:
+        parts = [safe_line(c, w).ljust(w) for c, w in zip(r, widths, strict=False)]
+        last = r[-1] if caps[-1] is None else safe_line(r[-1], caps[-1])
+        out.append(sep.join([*parts, last]).rstrip())
     return out
 
 
@@ -88,6 +112,12 @@ def describe(ev: Event) -> str:
         verdict = "passed" if p.get("passed") else "failed"
         return f"verification v{p.get('verification')} {verdict}: " \
                f"{safe_line(p.get('verdict', ''), 80)}"
+    if k == "agent.context":
+        # Where an agent's context was cut (or began): compact, clear, resume, startup.
+        trigger = f" ({p['trigger']})" if p.get("trigger") else ""
+        who = safe_line(str(p.get("agent", "agent")), 40)
+        sid = safe_line(str(p.get("agent_session") or ""), 40)[:8]
+        return f"context cut: {p.get('cut', '?')}{trigger} of {who} session {sid}".rstrip()
     if k == "artifact.recorded":
         return f"artifact {safe_line(str(p.get('path', '')), 80)}"
     return k

@@ -34,20 +34,74 @@ def parse_id(text: str | int) -> int:
         return text
     m = re.fullmatch(r"\s*[tT]?(\d+)\s*", str(text))
     if not m:
-        raise InputError(f"not a todo id: {text!r} (expected something like t12)")
+        raise UsageError(f"not a todo id: {text!r} (expected something like t12)")
     return int(m.group(1))
 
 
 def add(store: Store, session_id: int, content: str, *, priority: str = "medium",
         stage: str | None = None, depends_on: Sequence[str | int] = (),
-        actor: str = HUMAN, origin: str = "human") -> TodoState:
+        move_stage: bool = False, actor: str = HUMAN, origin: str = "human") -> TodoState:
+    """A new todo; ``stage`` binds it to a pipeline stage that no other todo holds (with
+    ``move_stage``, the binding moves from its holder to the new todo)."""
     if not content or not content.strip():
         raise InputError("a todo needs some text")
     prio = normalize_priority(priority)
     deps = [parse_id(d) for d in depends_on]
     with store.write(session_id, actor) as tx:
-        return tx.create_todo(content, priority=prio, stage=stage, depends_on=deps,
-                              origin=origin)
+        moved = _take_stage(tx, _stage_name(stage), None, move=move_stage) \
+            if stage is not None else []
+        t = tx.create_todo(content, priority=prio, stage=stage, depends_on=deps,
+                           origin=origin)
+        _note_moves(tx, stage, moved, t.num)
+        return t
+
+
+def bind_stage(store: Store, session_id: int, ident: str | int, stage: str | None, *,
+               move_stage: bool = False, actor: str = HUMAN) -> Outcome:
+    """Bind todo ``ident`` to ``stage`` (None: unbind it). A stage another todo holds is
+    refused unless ``move_stage``: the runner runs each stage as the one todo bound to it,
+    so a second binding would silently take the stage from the first."""
+    num = parse_id(ident)
+    with store.write(session_id, actor) as tx:
+        tx.todo(num)
+        moved = _take_stage(tx, _stage_name(stage), num, move=move_stage) \
+            if stage is not None else []
+        diff = tx.update_todo(num, stage=stage)
+        _note_moves(tx, stage, moved, num)
+        return Outcome(todo=tx.todo(num), changed=diff)
+
+
+def _stage_name(stage: str) -> str:
+    if not stage.strip() or stage != stage.strip():
+        raise UsageError(f"bad stage name {stage!r}")
+    return stage
+
+
+def _take_stage(tx: Tx, stage: str, num: int | None, *, move: bool) -> list[int]:
+    """Unbind ``stage`` from the todos other than ``num`` that hold it (only when told to
+    move it); returns them."""
+    holders = [t for t in tx.state.todos.values() if t.stage == stage and t.num != num]
+    if not holders:
+        return []
+    held = holders[0]
+    if not move:
+        raise UsageError(f"stage {stage!r} is bound to {held.id} ({held.status}): the "
+                         f"pipeline runs it as that todo; say --move-stage to move it, or "
+                         f"work in a session of your own (`harness session new NAME`)")
+    active = [r for r in tx.load_runs().values()
+              if r.todo_id == held.num and r.state in ("queued", "running")]
+    if active:
+        raise InputError(f"stage {stage!r} cannot move: its run r{active[0].id} of "
+                         f"{held.id} is {active[0].state} (`harness cancel r{active[0].id}` "
+                         "first)")
+    for t in holders:
+        tx.update_todo(t.num, stage=None)
+    return [t.num for t in holders]
+
+
+def _note_moves(tx: Tx, stage: str | None, moved: list[int], to: int) -> None:
+    for old in moved:
+        tx.emit("todo.noted", todo_id=old, payload={"text": f"stage {stage} moved to t{to}"})
 
 
 def _change(store: Store, session_id: int, ident: str | int, actor: str, **changes: object

@@ -14,6 +14,7 @@ This module imports only the standard library: it is shipped to bare hosts.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -25,7 +26,9 @@ from typing import Any
 
 from pipeline.errors import ActionError
 
-__all__ = ["ActionError", "Check", "StageResult", "params_to_argv", "run_action"]
+__all__ = ["ACTION_METRICS", "ActionError", "Check", "StageResult", "declares_metric",
+           "gate_metric", "gate_problem", "params_to_argv", "run_action",
+           "undeclared_metrics"]
 
 RESULT_SCHEMA = 1
 
@@ -45,6 +48,103 @@ BUILTIN_ACTIONS: dict[str, str] = {
     "eagle3.serve": "pipeline.eagle3.serve",
     "eagle3.benchmark": "pipeline.eagle3.benchmark",
 }
+
+# What each action measures that a gate can hold: numbers, or lists of numbers (one per
+# draft position). ``*`` stands for a number or a name: ``speedup_c*`` covers speedup_c1
+# and speedup_c16. `harness check` (and `harness run`) refuse a gate on anything else, so a
+# misspelt metric fails in a second instead of after every stage before it. This is the one
+# place to declare them; with HARNESS_CHECK_METRICS=1 (set by the test suite) an action
+# that reports a number not declared here fails, so the table cannot drift from the code.
+ACTION_METRICS: dict[str, tuple[str, ...]] = {
+    "eagle3.verifier": ("final_loss", "first_loss", "params", "vocab_size", "layers",
+                        "hidden_size", "reasoning_rate"),
+    "eagle3.generate": ("prompts", "samples", "new_samples", "failed", "reasoning_capture",
+                        "truncated", "restored_open_tag"),
+    "eagle3.clean": ("total", "kept", "rejected", "reject_rate", "rejected_*"),
+    "eagle3.tokenize": ("samples", "tokens", "masked_tokens", "masked_share", "truncated",
+                        "dropped_no_assistant_tokens", "distinct_masked_tokens",
+                        "mean_length", "max_length", "assistant_turns_not_rendered"),
+    "eagle3.hidden_states": ("samples", "tokens", "shards", "resumed_shards", "aux_layers",
+                             "tokens_per_s", "extract_seconds"),
+    "eagle3.vocab": ("draft_vocab", "requested", "target_vocab", "seen_tokens",
+                     "filled_unseen", "coverage", "masked_tokens"),
+    "eagle3.train": ("heldout_acc_pos*", "est_acceptance_length", "epochs_done",
+                     "train_seconds", "train_tokens_per_s", "world_size"),
+    "eagle3.export": ("tensors", "draft_vocab_size", "aux_layer_ids",
+                      "round_trip_max_abs_diff", "bytes"),
+    "eagle3.verify": (
+        # structural
+        "weight_bytes", "tensors", "structural_seconds", "aux_layer_ids",
+        "lm_head_rows_match", "lm_head_rows_elsewhere", "verify_seconds",
+        # functional: acceptance of the checkpoint, and of the drafters it is compared with
+        "k", "prompts", "max_new_tokens", "functional_seconds", "tau", "acceptance_length",
+        "acceptance_rate", "acceptance_per_position", "position_acceptance",
+        "conditional_acceptance", "drafts", "draft_tokens", "accepted_tokens",
+        "generated_tokens", "teacher_forced_acceptance", "teacher_forced_tau",
+        "projected_speedup", "measured_speedup", "plain_step_ms", "verify_step_ms",
+        "draft_step_ms", "draft_ms_per_round", "plain_ms_per_token", "spec_ms_per_token",
+        "untrained_*", "previous_*"),
+    "eagle3.preflight": ("weights_per_gpu_gib", "need_per_gpu_gib", "budget_per_gpu_gib",
+                         "target_bytes", "target_gib", "draft_bytes", "draft_gib"),
+    "eagle3.serve": ("startup_s", "num_speculative_tokens", "tensor_parallel_size"),
+    "eagle3.benchmark": ("throughput_c*", "tpot_p50_ms_c*", "ttft_p50_ms_c*",
+                         "baseline_throughput_c*", "baseline_tpot_p50_ms_c*",
+                         "baseline_ttft_p50_ms_c*", "speedup_c*", "speedup_min", "speedup",
+                         "acceptance_rate", "acceptance_length", "acceptance_per_position",
+                         "num_drafts", "num_draft_tokens", "num_accepted_tokens",
+                         "requests_failed", "requests_completed"),
+}
+
+
+def gate_metric(key: str) -> tuple[str, str]:
+    """A gate key and what it asks: ``min_x`` is metric ``x >=``, ``max_x`` is ``x <=``,
+    a bare name is ``>=``."""
+    if key.startswith("min_"):
+        return key[4:], ">="
+    if key.startswith("max_"):
+        return key[4:], "<="
+    return key, ">="
+
+
+def declares_metric(action: str, metric: str) -> bool:
+    """Whether ``action`` is declared to report ``metric`` (see :data:`ACTION_METRICS`)."""
+    return any(_matches(pattern, metric) for pattern in ACTION_METRICS.get(action, ()))
+
+
+def _matches(pattern: str, name: str) -> bool:
+    head, star, tail = pattern.partition("*")
+    if not star:
+        return name == pattern
+    return len(name) > len(head) + len(tail) and name.startswith(head) and \
+        name.endswith(tail)
+
+
+def gate_problem(action: str, key: str) -> str | None:
+    """Why gate ``key`` cannot hold on ``action``'s metrics (None: it can), with the
+    nearest declared name."""
+    if action not in ACTION_METRICS:
+        return None
+    metric, _op = gate_metric(key)
+    if declares_metric(action, metric):
+        return None
+    declared = ACTION_METRICS[action]
+    # numbered patterns are offered with a number: speedup_c* -> speedup_c1
+    known = [p.replace("*", "1") if p.endswith(("_c*", "pos*")) else p for p in declared]
+    close = difflib.get_close_matches(metric, known, n=1, cutoff=0.6)
+    prefix = key[: len(key) - len(metric)]
+    rest = f" (did you mean {prefix + close[0]!r}?)" if close else \
+        f"; a gate takes min_METRIC or max_METRIC of: {', '.join(declared)}"
+    return f"{action} reports no metric {metric!r}{rest}"
+
+
+def undeclared_metrics(action: str, metrics: Mapping[str, Any]) -> list[str]:
+    """The numbers (and lists of numbers) in ``metrics`` that ``action`` does not declare."""
+    def gateable(v: Any) -> bool:
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        return number or (isinstance(v, list) and bool(v) and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in v))
+    return sorted(k for k, v in metrics.items()
+                  if gateable(v) and not declares_metric(action, k))
 
 
 @dataclass
@@ -193,6 +293,12 @@ def run_action(action: str, fn: Callable[[argparse.Namespace], StageResult],
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    if os.environ.get("HARNESS_CHECK_METRICS") == "1":
+        extra = undeclared_metrics(action, result.metrics)
+        if extra:
+            result.error = (f"{action} reported metrics not declared in "
+                            f"pipeline/actions.py ACTION_METRICS: {', '.join(extra)}")
+            print(f"error: {result.error}", file=sys.stderr)
     print_checks(result.checks)
     if result.summary:
         print(result.summary)

@@ -103,6 +103,15 @@ class Executor(ABC):
     def _shell(self, script: str, timeout: float | None) -> tuple[int, str, str]:
         """Run POSIX shell text on the host; return (exit code, stdout, stderr)."""
 
+    def _shell_env(self, script: str, env: Mapping[str, str],
+                   timeout: float | None) -> tuple[int, str, str]:
+        """Run ``script`` with ``env`` in its environment. This default writes the values
+        as ``export`` lines at the top of the script, i.e. into the shell's command line;
+        a transport that can hand the shell an environment of its own (this machine)
+        overrides it, so secrets never reach any process's argv."""
+        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+        return self._shell(exports + script, timeout)
+
     @abstractmethod
     def _read(self, path: str, offset: int, limit: int) -> bytes:
         """Up to ``limit`` bytes of the file at absolute ``path`` from ``offset``.
@@ -168,7 +177,6 @@ class Executor(ABC):
         where = self.resolve(cwd) if cwd else self.workdir
         lines = [] if cwd else [f"mkdir -p {shlex.quote(where)}"]
         lines.append(f"cd {shlex.quote(where)} || exit 1")
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in full_env.items()]
         lines.append(command if isinstance(command, str) else f"exec {shlex.join(command)}")
         script = "\n".join(lines)
         grace = None
@@ -178,7 +186,7 @@ class Executor(ABC):
             script = f"timeout -k 5 {timeout:g} sh -c {shlex.quote(script)}"
             grace = timeout + 30
         started = time.monotonic()
-        code, out, err = self._shell(script, grace)
+        code, out, err = self._shell_env(script, full_env, grace)
         secrets = secret_values(full_env)
         result = Result(command=describe(command, env or {}, cwd),
                         exit_code=code, stdout=redact_text(out, secrets),
@@ -214,8 +222,8 @@ class Executor(ABC):
         where = self.resolve(cwd) if cwd else self.workdir
         description = describe(argv, env or {}, where)
         script = jobscripts.launch_script(run_dir, jobscripts.job_wrapper(argv, where),
-                                          description, full_env)
-        code, out, err = self.with_reconnect(lambda: self._shell(script, 60))
+                                          description)
+        code, out, err = self.with_reconnect(lambda: self._shell_env(script, full_env, 60))
         words = out.split()
         if code != 0 or not words or words[0] not in ("launched", "attached"):
             raise JobError(f"could not start job {run_id!r}: exit {code}: "

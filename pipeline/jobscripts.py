@@ -93,20 +93,19 @@ def job_wrapper(argv: list[str], cwd: str) -> str:
 
 
 def launch_script(run_dir: str, wrapper: str, description: str,
-                  env: dict[str, str], wait_s: float = 10.0) -> str:
+                  wait_s: float = 10.0) -> str:
     """Start the job unless this run dir already has one; print ``launched|attached PID``.
 
-    Environment values are exported in the launching shell only, so they reach the job
-    without being written to any file on the host.
+    The job inherits the launching shell's environment, which the executor sets
+    (:meth:`pipeline.executor.Executor._shell_env`): values reach the job without being
+    written to any file on the host, and on this machine without being in any argv.
     """
-    exports = "".join(f"  export {k}={q(v)}\n" for k, v in env.items())
     tries = max(1, int(wait_s / 0.05))
     return (
         f"mkdir -p {q(run_dir)} && cd {q(run_dir)} || exit 1\n"
         "if ( set -C; : > started ) 2>/dev/null; then\n"
         f"  printf '%s\\n' {q(description)} > cmd\n"
         f"  printf '%s' {q(wrapper)} > job.sh\n"
-        f"{exports}"
         "  setsid nohup sh ./job.sh < /dev/null > log 2>&1 &\n"
         "  how=launched\n"
         "else\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from invoke import Config, Context, Local
@@ -40,10 +41,17 @@ class LocalExecutor(Executor):
         return str(Path.home())
 
     def _shell(self, script: str, timeout: float | None) -> tuple[int, str, str]:
+        return self._shell_env(script, {}, timeout)
+
+    def _shell_env(self, script: str, env: Mapping[str, str],
+                   timeout: float | None) -> tuple[int, str, str]:
+        """The values go into the shell's environment, never its command line: anyone on
+        this machine can read any process's argv in /proc/PID/cmdline, while its
+        environment is readable by its own user only."""
         try:
             # in_stream=False: a job must never read the harness's own stdin.
             r = self._context.run(script, hide=True, warn=True, in_stream=False,
-                                  timeout=timeout, shell="/bin/sh")
+                                  timeout=timeout, shell="/bin/sh", env=dict(env))
         except CommandTimedOut as exc:
             raise CommandTimeout(f"no answer from the local shell in {timeout:g}s",
                                  where=self.host.name,

@@ -31,13 +31,14 @@ from pydantic import (
     ValidationError,
 )
 
-from pipeline.actions import BUILTIN_ACTIONS, params_to_argv
+from pipeline.actions import BUILTIN_ACTIONS, gate_problem, params_to_argv
 from pipeline.durations import parse_duration
 from pipeline.errors import SpecError
 from pipeline.yamlfile import read_yaml
 
 __all__ = [
     "LOCAL",
+    "MAX_TIMEOUT_SCALE",
     "PRIORITY_RANK",
     "Defaults",
     "HostSpec",
@@ -45,6 +46,7 @@ __all__ = [
     "Stage",
     "find_cycle",
     "load_spec",
+    "parse_scale",
     "parse_spec",
     "topological_order",
 ]
@@ -148,10 +150,27 @@ class HostSpec(_Model):
         return f"{user}{self.host}:{self.port}"
 
 
+MAX_TIMEOUT_SCALE = 1000.0
+
+
+def parse_scale(value: object) -> float:
+    """A factor for every stage's timeout (``2`` on a machine half as fast)."""
+    x = _number(value)
+    if not 0 < x <= MAX_TIMEOUT_SCALE:
+        raise ValueError(f"bad timeout_scale {value!r}: a number above 0 and at most "
+                         f"{MAX_TIMEOUT_SCALE:g}")
+    return x
+
+
+TimeoutScale = Annotated[float, BeforeValidator(parse_scale)]
+
+
 class Defaults(_Model):
     host: StrictStr = LOCAL
     retries: StrictInt = Field(0, ge=0)
     timeout: Duration | None = None
+    #: every stage's timeout times this (``harness run --timeout-scale`` replaces it)
+    timeout_scale: TimeoutScale = 1.0
 
 
 class Stage(_Model):
@@ -409,6 +428,7 @@ def _check(p: Pipeline, source: str) -> None:
         for key in stage.params:
             if not isinstance(key, str) or not key:
                 fail(f"{at}.with", f"parameter names must be text, got {key!r}")
+        _check_gate(stage, at, fail)
         _check_env(stage.env, f"{at}.env", fail)
 
     names = set(first_at)
@@ -421,6 +441,16 @@ def _check(p: Pipeline, source: str) -> None:
     if cycle:
         i = first_at[cycle[0]]
         fail(f"stages[{i}] ({cycle[0]}).needs", f"needs form a cycle: {' -> '.join(cycle)}")
+
+
+def _check_gate(stage: Stage, at: str, fail: Any) -> None:
+    """Each gate key names a metric the stage's action reports (``ACTION_METRICS``)."""
+    if stage.gate and stage.action is None:
+        fail(f"{at}.gate", "a gate needs an `action`: a `run:` command reports no metrics")
+    for key in stage.gate:
+        problem = gate_problem(stage.action or "", key)
+        if problem:
+            fail(f"{at}.gate.{key}", problem)
 
 
 def _check_env(env: Mapping[str, str], at: str, fail: Any) -> None:

@@ -1,6 +1,6 @@
 """Will this vLLM serve this verifier with this EAGLE-3 drafter? Asked of vLLM's own code.
 
-The answer changed across vLLM releases, and the seed lost a day to it (BRIEF section 6):
+The answer changed across vLLM releases, and the seed lost a day to it (docs/serving.md):
 
 - which target ``model_type`` eagle3 accepts: ``SpeculativeConfig._verify_args`` first
   required ``"llama"`` in it, then matched a list of substrings (``eagle3_target_supported``,

@@ -1,6 +1,6 @@
 """vLLM's ``/metrics`` (Prometheus text exposition) and the speculative-decoding figures in it.
 
-vLLM exports four spec-decode counters (BRIEF section 6)::
+vLLM exports four spec-decode counters (docs/serving.md, "eagle3.benchmark")::
 
     vllm:spec_decode_num_drafts_total{engine="0",model_name="m"}              drafts proposed
     vllm:spec_decode_num_draft_tokens_total{...}                              draft tokens proposed

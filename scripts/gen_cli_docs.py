@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -40,9 +41,16 @@ def render() -> str:
     return "\n".join(parts)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scripts/gen_cli_docs.py",
+        description="Write docs/cli.md from the CLI's own --help texts (rerun it after "
+                    "changing a command's help).")
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if docs/cli.md is stale")
+    args = parser.parse_args(argv)
     text = render()
-    if "--check" in sys.argv:
+    if args.check:
         current = OUT.read_text() if OUT.exists() else ""
         if current != text:
             print(f"{OUT} is stale: run python scripts/gen_cli_docs.py", file=sys.stderr)

@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import state.store as store_mod
+import state.tx as tx_mod
 from harness import formats
 from harness import todos as uc
 from harness.agent import todowrite
@@ -80,7 +81,8 @@ def num_of(store: Store, sid: int, content: str) -> int:
 
 
 def build(store: Store, clock: Clock) -> int:
-    store_mod.utcnow = clock  # every event without an explicit time takes the story's
+    # Every event without an explicit time takes the story's clock.
+    store_mod.utcnow = tx_mod.utcnow = clock
     clock.at(0, 0)
     sid = store.create_session(SESSION, actor="human", pipeline="eagle3-remote")
 
@@ -244,12 +246,12 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kimi-campaign-") as tmp:
         store = Store.open(str(Path(tmp) / "state.db"))
-        real_clock = store_mod.utcnow
+        real_clock = tx_mod.utcnow
         try:
             sid = build(store, Clock())
             lines = list(export_lines(store, sid))
         finally:
-            store_mod.utcnow = real_clock
+            store_mod.utcnow = tx_mod.utcnow = real_clock
             store.close()
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Table, delete, func, select, text
 from sqlmodel import SQLModel
 
 from state import migrations
-from state.engine import normalize_url, sqlite_path
+from state.connection import normalize_url, sqlite_path
 from state.errors import InvalidChange, StoreError, StoreUnavailable
 from state.models import ALL_TABLES
 from state.store import Store

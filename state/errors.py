@@ -4,6 +4,7 @@ The tree, drawn once::
 
     StoreError                    exit 1 unless noted
     ├── StoreUnavailable          exit 3: cannot open, read or lock the database
+    │   └── ReadOnlyStore         the store may be read but not written
     ├── SchemaTooNew              the database was written by a newer harness
     ├── NotFound                  an unknown session, todo or run
     └── InvalidChange             a change the state model forbids (bad status, bad field)
@@ -31,6 +32,10 @@ class StoreError(Exception):
 
 class StoreUnavailable(StoreError):
     exit_code = 3
+
+
+class ReadOnlyStore(StoreUnavailable):
+    pass
 
 
 class SchemaTooNew(StoreError):

@@ -19,6 +19,7 @@ from sqlmodel import SQLModel
 
 from state import models
 from state.errors import SchemaTooNew
+from state.versions import MIGRATION_NAMES
 
 MigrationFn = Callable[[Connection], None]
 MIGRATIONS: list[tuple[str, MigrationFn]] = []
@@ -51,6 +52,10 @@ def _store_id(conn: Connection) -> None:
 def _import_sources(conn: Connection) -> None:
     # A database made by 001 from today's models has it already: create only if missing.
     models.ImportRow.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+
+
+# The light copy that opening a store checks against (state/versions.py) must agree.
+assert tuple(name for name, _ in MIGRATIONS) == MIGRATION_NAMES, "update state/versions.py"
 
 
 def _now() -> str:

@@ -18,18 +18,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from state import store as store_mod
-from state.engine import paramstyle_sql
+from state import tx as tx_mod
+from state.connection import paramstyle_sql
 from state.fold import SessionState, apply
-from state.store import (
-    Store,
-    _artifact_values,
-    _event_from_row,
-    _run_values,
-    _todo_values,
-    _verification_values,
-    dumps,
+from state.sql import (
+    artifact_values,
+    event_from_row,
+    run_values,
+    todo_values,
+    verification_values,
 )
+from state.store import Store
+from state.values import dumps
 
 _SQL = {
     "sessions": "SELECT id, name FROM sessions ORDER BY id",
@@ -92,7 +92,7 @@ def rebuild(store: Store, *, session_ids: Iterable[int] | None = None, check: bo
 
 def _one(store: Store, cur: Any, q: dict[str, str], sid: int, name: str, check: bool,
          report: RebuildReport, progress: Progress | None, batch: int) -> None:
-    every = store_mod.SNAPSHOT_EVERY
+    every = tx_mod.SNAPSHOT_EVERY
     cur.execute(store._q["max_n"], (sid,))
     row = cur.fetchone()
     last = row[0] if row and row[0] is not None else 0
@@ -105,7 +105,7 @@ def _one(store: Store, cur: Any, q: dict[str, str], sid: int, name: str, check: 
         hi = min(done + batch, last)
         cur.execute(store._q["events_between"], (sid, done, hi))
         for r in cur.fetchall():
-            ev = _event_from_row(r)
+            ev = event_from_row(r)
             apply(state, ev)
             snap = stored_snaps.pop(ev.n, None)
             if snap is not None or ev.n % every == 0:
@@ -166,24 +166,24 @@ def _rewrite(store: Store, cur: Any, q: dict[str, str], sid: int, state: Session
              snaps: list[tuple[int, int, int, str]]) -> None:
     sq = store._q
     cur.execute(q["delete_todos"], (sid,))
-    cur.executemany(sq["insert_todo"], [[sid, *_todo_values(t)] for t in state.todos.values()])
+    cur.executemany(sq["insert_todo"], [[sid, *todo_values(t)] for t in state.todos.values()])
     # Runs are updated in place: run_logs points at them.
     cur.execute(q["run_ids"], (sid,))
     existing = {r[0] for r in cur.fetchall()}
     for rid, run in state.runs.items():
         if rid in existing:
-            cur.execute(sq["update_run"], [*_run_values(run)[1:], rid])
+            cur.execute(sq["update_run"], [*run_values(run)[1:], rid])
         else:
-            cur.execute(sq["insert_run"], [sid, *_run_values(run)])
+            cur.execute(sq["insert_run"], [sid, *run_values(run)])
     for rid in existing - set(state.runs):
         cur.execute(q["delete_run_logs"], (rid,))
         cur.execute(q["delete_run"], (rid,))
     cur.execute(q["delete_verifications"], (sid,))
     cur.executemany(sq["insert_verification"],
-                    [_verification_values(v, sid) for v in state.verifications.values()])
+                    [verification_values(v, sid) for v in state.verifications.values()])
     cur.execute(q["delete_artifacts"], (sid,))
     cur.executemany(sq["insert_artifact"],
-                    [_artifact_values(a, sid) for a in state.artifacts.values()])
+                    [artifact_values(a, sid) for a in state.artifacts.values()])
     cur.execute(q["delete_snapshots"], (sid,))
     if snaps:
         cur.executemany(sq["insert_snapshot"], snaps)

@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from state.engine import PG_CHANGE_CHANNEL
+from state.connection import PG_CHANGE_CHANNEL
 from state.errors import StoreUnavailable
 
 

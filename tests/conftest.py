@@ -30,6 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 BACKENDS = ("sqlite", "postgres")
 _pg_failure: list[str] = []
+# Every action run by a test (in-process or as a job) fails if it reports a number that
+# pipeline/actions.py ACTION_METRICS does not declare: gates are checked against that table.
+os.environ["HARNESS_CHECK_METRICS"] = "1"
 
 
 def pytest_configure(config: pytest.Config) -> None:

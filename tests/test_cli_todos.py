@@ -178,7 +178,7 @@ def test_unknown_todo_id_and_bad_values(cli) -> None:
     cli(["add", "existing"])
     before = events(cli)
     _assert_one_line_error(cli(["done", "t99"]), 1, "session default: unknown todo t99")
-    _assert_one_line_error(cli(["done", "banana"]), 1, "not a todo id: 'banana'")
+    _assert_one_line_error(cli(["done", "banana"]), 2, "not a todo id: 'banana'")
     _assert_one_line_error(cli(["add", "x", "--depends", "t42"]), 1, "unknown todo t42")
     _assert_one_line_error(cli(["prio", "t1", "urgent"]), 2, "harness prio")
     _assert_one_line_error(cli(["list", "--status", "finished"]), 2, "harness list")

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, inspect, select
 from harness import formats, todos
 from harness.agent import todowrite
 from state import migrations
-from state import store as store_mod
+from state import tx as tx_mod
 from state.copy import tables
 from state.engine import normalize_url
 from state.fold import SessionState, apply
@@ -80,7 +80,7 @@ def typed_rows(url: str) -> dict[str, list[tuple]]:
 
 def test_sqlite_to_postgres_to_sqlite_is_lossless(tmp_path: Path, pg_url: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store_mod, "SNAPSHOT_EVERY", 8)
+    monkeypatch.setattr(tx_mod, "SNAPSHOT_EVERY", 8)
     first = tmp_path / "first.db"
     with Store.open(str(first)) as s:
         fill(s)

@@ -23,6 +23,8 @@ CODEX = DATA / "codex-rollout-update-plan.jsonl"
 STREAM = DATA / "claude-stream-todowrite.jsonl"
 TASKS = DATA / "claude-code-tasks-2.1.jsonl"
 OPENCODE_JSON = DATA / "opencode-export-session.json"
+ACTION_LOG = DATA / "claude-code-action.log"
+OPENCODE_NUL = DATA / "opencode-export-nul.md"
 
 
 def _rows(store: Store, sid: int, n: int) -> list[tuple[str, str]]:
@@ -186,7 +188,9 @@ def test_opencode_json_export(store: Store) -> None:
 @pytest.mark.parametrize("path,fmt", [(CLAUDE, "claude-code"), (OPENCODE_MD, "opencode-export"),
                                       (CODEX, "codex"), (STREAM, "claude-stream"),
                                       (TASKS, "claude-code"),
-                                      (OPENCODE_JSON, "opencode-json")])
+                                      (OPENCODE_JSON, "opencode-json"),
+                                      (ACTION_LOG, "claude-action"),
+                                      (OPENCODE_NUL, "opencode-export")])
 def test_detection_reads_content_not_names(path: Path, fmt: str) -> None:
     assert detect(path.read_bytes()[:65536], str(path)) == fmt
 
@@ -425,3 +429,119 @@ def test_import_in_a_fresh_interpreter(tmp_path: Path) -> None:
     r = harness_subprocess(["--db", str(db), "import", str(OPENCODE_MD), "--json"])
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)[0]["todo_calls"] == 5
+
+
+# -- transcripts as found ------------------------------------------------------------------
+
+def test_claude_code_action_log(cli, store: Store) -> None:
+    """A GitHub Actions log of anthropics/claude-code-action: the inputs, the action's own
+    lines, then pretty-printed stream-json messages, a timestamp on every line."""
+    r = cli(["import", str(ACTION_LOG)])
+    assert r.code == 0, r.err
+    assert "(claude-action) into session claude-d41f0c2a (new)" in r.out
+    assert "3 todo calls -> 7 events" in r.out
+    row = store.session_by_name("claude-d41f0c2a")
+    assert row is not None
+    todos = sorted(store.todos(row.id), key=lambda t: t.position)
+    assert [(t.content, t.status) for t in todos] == [
+        ("Reproduce the flaky test", "completed"),
+        ("Find the race in the runner's log tail", "completed"),
+        ("Open a PR with the fix", "completed")]
+    ts = {e.ref: e.ts for e in store.events(row.id) if e.ref}
+    # Each call at its line's timestamp (the messages themselves carry none).
+    assert ts == {"toolu_A1": "2026-11-28T14:02:18.600000Z",
+                  "toolu_A3": "2026-11-28T14:03:10.400000Z",
+                  "toolu_A4": "2026-11-28T14:04:11.500000Z"}
+    assert {e.actor for e in store.events(row.id) if e.kind.startswith("todo.")} == {
+        "agent:claude-code"}
+    assert cli(["import", str(ACTION_LOG)]).out.startswith(f"{ACTION_LOG} (claude-action): "
+                                                           "already imported")
+
+
+def test_action_log_copied_from_the_web_page_without_timestamps(cli, tmp_path: Path,
+                                                                store: Store) -> None:
+    import re
+
+    path = tmp_path / "job.txt"
+    path.write_text(re.sub(r"(?m)^\S+Z ", "", ACTION_LOG.read_text()))
+    r = cli(["import", str(path)])
+    assert r.code == 0, r.err
+    assert "3 todo calls -> 7 events" in r.out
+
+
+def test_action_log_without_full_output_says_why_nothing_was_read(cli, tmp_path: Path) -> None:
+    path = tmp_path / "job.log"
+    path.write_text("2026-11-28T14:02:11.0000000Z ##[group]Run anthropics/claude-code-action@v1\n"
+                    "2026-11-28T14:02:13.0000000Z Running Claude Code via SDK (full output "
+                    "hidden for security)...\n" + "\n".join(
+                        "2026-11-28T14:02:14.0000000Z " + line for line in json.dumps(
+                            {"type": "result", "subtype": "success", "num_turns": 4},
+                            indent=2).splitlines()) + "\n")
+    r = cli(["import", str(path)])
+    assert r.code == 0, r.err
+    assert "no todo calls found" in r.out
+    assert "show_full_output: true" in r.out
+
+
+def test_opencode_export_with_nul_bytes_in_tool_output(cli, store: Store) -> None:
+    assert b"\x00" in OPENCODE_NUL.read_bytes()
+    r = cli(["import", str(OPENCODE_NUL)])
+    assert r.code == 0, r.err
+    assert "2 todo calls -> 5 events" in r.out
+    assert "2 × lines with NUL or undecodable bytes (binary tool output)" in r.out
+    row = store.session_by_name("opencode-7f3a9c21e0d4")
+    assert row is not None
+    assert [(t.content, t.status) for t in sorted(store.todos(row.id), key=lambda t: t.position)
+            ] == [("Read the safetensors header", "completed"),
+                  ("Compare keys with what vLLM's eagle3 loader expects", "in_progress"),
+                  ("Rename midlayer.* to layers.0.*", "pending")]
+
+
+def test_jsonl_with_binary_and_non_json_lines_is_imported(cli, tmp_path: Path,
+                                                          store: Store) -> None:
+    lines = CLAUDE.read_bytes().splitlines()
+    junk = [b"\x89PNG\r\x1a\n\x00\x00\x00\rIHDR", b"not json at all", b"\xff\xfe\xfd bytes",
+            b"{\"type\": \"user\", \"message\": {\"content\": \"x\x00y\"}}"]
+    mixed = lines[:40] + junk + lines[40:]
+    path = tmp_path / "found.jsonl"
+    path.write_bytes(b"\n".join(mixed) + b"\n")
+    r = cli(["import", str(path)])
+    assert r.code == 0, r.err
+    assert "7 todo calls" in r.out
+    # The PNG header, split by its own newline, and the two lines with NUL or bad bytes;
+    # "not json at all" is malformed (a line where JSON must be).
+    assert "4 × lines with NUL or undecodable bytes (binary tool output)" in r.out
+    assert "1 malformed (lines 43)" in r.out
+    row = store.session_by_name("claude-060f3873")
+    assert row is not None and len(store.todos(row.id)) == 7
+
+
+def test_a_todo_with_a_nul_skips_that_call_not_the_file(cli, tmp_path: Path,
+                                                        store: Store) -> None:
+    lines = CODEX.read_text().splitlines()
+    i = next(n for n, x in enumerate(lines) if "update_plan" in x)
+    lines[i] = lines[i].replace("Train the drafter", "Train\\\\u0000 the drafter", 1)
+    path = tmp_path / "rollout.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    r = cli(["import", str(path)])
+    assert r.code == 0, r.err
+    assert f"{path}:6: update_plan: item 1 holds a NUL character; skipped" in r.err
+    row = store.session_by_name("codex-0199a3b1")
+    assert row is not None and all("\x00" not in t.content for t in store.todos(row.id))
+
+
+def test_the_actions_execution_file_a_json_array(cli, tmp_path: Path, store: Store) -> None:
+    messages = [json.loads(block) for block in _action_messages()]
+    path = tmp_path / "claude-execution-output.json"
+    path.write_text(json.dumps(messages, indent=2))
+    r = cli(["import", str(path)])
+    assert r.code == 0, r.err
+    assert "(claude-stream) into session claude-d41f0c2a" in r.out
+    assert "3 todo calls" in r.out
+
+
+def _action_messages() -> list[str]:
+    import re
+
+    text = re.sub(r"(?m)^\S+Z ", "", ACTION_LOG.read_text())
+    return [m for m in re.findall(r"(?ms)^\{\n.*?^\}$", text) if '"type"' in m]

@@ -1,4 +1,4 @@
-"""The layer arrows of BRIEF section 2, checked two ways: import-linter's contracts, and a
+"""The layer arrows of docs/ARCHITECTURE.md ("Layers"), checked two ways: import-linter's contracts, and a
 fresh interpreter per layer that must not drag in what it may not use."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from harness import formats, replay
 from harness import todos as uc
 from harness.agent import todowrite
 from harness.errors import HarnessError
-from state import store as store_mod
+from state import tx as tx_mod
 from state.rebuild import rebuild
 from state.store import Store
 from tests.conftest import ROOT
@@ -90,7 +90,7 @@ def _run(store: Store, sid: int, cmd: tuple) -> None:
 @given(cmds=st.lists(command, min_size=1, max_size=25), every=st.sampled_from([1, 3, 7]))
 def test_replay_at_every_event_equals_the_live_projection(
         cmds: list[tuple], every: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store_mod, "SNAPSHOT_EVERY", every)
+    monkeypatch.setattr(tx_mod, "SNAPSHOT_EVERY", every)
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(str(Path(tmp) / "s.db"))
         try:
@@ -126,7 +126,7 @@ def _session(store: Store) -> int:
 
 def test_snapshots_every_k_events_even_in_one_big_transaction(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store_mod, "SNAPSHOT_EVERY", 16)
+    monkeypatch.setattr(tx_mod, "SNAPSHOT_EVERY", 16)
     sid = store.create_session("big", actor="human")
     with store.write(sid, "human") as tx:
         for i in range(20):
@@ -145,7 +145,7 @@ def test_snapshots_every_k_events_even_in_one_big_transaction(
 def test_rebuild_reports_and_repairs_a_damaged_projection(cli, store: Store,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    monkeypatch.setattr(store_mod, "SNAPSHOT_EVERY", 4)
+    monkeypatch.setattr(tx_mod, "SNAPSHOT_EVERY", 4)
     sid = _session(store)
     with store.write(sid, "runner") as tx:
         run = tx.queue_run(todo_id=2, host="local", stage="train")

@@ -299,7 +299,7 @@ def test_status_logs_and_dry_run_through_the_cli(tmp_path: Path, cli) -> None:
     spec = write_spec(tmp_path / "p.yaml", [
         {"name": "one", "todo": "Say $(touch pwned) hello", "run": "echo one; echo two"}])
     dry = cli(["run", str(spec), "--dry-run"])
-    assert dry.code == 0 and "would run 1 stage" in dry.out
+    assert dry.code == 0 and "would run 1 of 1 stage" in dry.out
     assert json.loads(cli(["list", "--json"]).out) == []  # a dry run writes nothing
     r = cli(["run", str(spec), "--quiet"])
     assert r.code == 0, r.err

@@ -1,4 +1,4 @@
-"""Agent full-list writes: every format, and the merge rules of BRIEF section 3."""
+"""Agent full-list writes: every format, and the merge rules of harness/merge.py."""
 
 from __future__ import annotations
 

@@ -42,7 +42,13 @@ class KeyAction:
     priority: bool = False  # before the focused widget's own keys
 
 
+# Help and Quit come first: a narrow footer keeps the keys it shows first.
+HELP = KeyAction("app.help", "question_mark", "help", "Help", "Show the keys")
+QUIT = KeyAction("app.quit", "q", "app.quit", "Quit", "Quit the TUI")
+
 BOARD_KEYS: tuple[KeyAction, ...] = (
+    HELP,
+    QUIT,
     KeyAction("todo.start", "s", "start", "Start", "Mark the selected todo in progress"),
     KeyAction("todo.done", "d", "done", "Done", "Mark the selected todo completed"),
     KeyAction("todo.cancel", "x", "cancel", "Cancel", "Cancel the selected todo"),
@@ -64,10 +70,14 @@ BOARD_KEYS: tuple[KeyAction, ...] = (
     KeyAction("view.log", "2", "tab('log')", "Log", "Show the live log tab", show=False),
     KeyAction("view.verification", "3", "tab('verification')", "Verification",
               "Show the verification tab", show=False),
-    KeyAction("app.help", "question_mark", "help", "Help", "Show the keys"),
+    KeyAction("view.internals", "i", "toggle_internals", "Internals",
+              "Show or hide the runner's own events (job, pid, owner) in the history",
+              show=False),
 )
 
 REPLAY_KEYS: tuple[KeyAction, ...] = (
+    HELP,
+    QUIT,
     KeyAction("replay.back", "left", "step(-1)", "Back", "One event back", priority=True),
     KeyAction("replay.forward", "right", "step(1)", "Forward", "One event forward",
               priority=True),
@@ -84,11 +94,22 @@ REPLAY_KEYS: tuple[KeyAction, ...] = (
               show=False),
     KeyAction("replay.verification", "3", "tab('verification')", "Verification",
               "Show the verification tab", show=False),
-    KeyAction("app.help", "question_mark", "help", "Help", "Show the keys"),
+    KeyAction("replay.internals", "i", "toggle_internals", "Internals",
+              "Show or hide the runner's own events in the history", show=False),
 )
 
 APP_KEYS: tuple[KeyAction, ...] = (
-    KeyAction("app.quit", "q", "quit", "Quit", "Quit the TUI"),
+    KeyAction("app.quit", "q", "quit", "Quit", "Quit the TUI", show=False),
+)
+
+# The board's own keys (tui.widgets.board.Board): listed in the help, not remappable.
+MOVEMENT_KEYS: tuple[tuple[str, str], ...] = (
+    ("up  k", "Previous todo"),
+    ("down  j", "Next todo"),
+    ("pageup  pagedown", "A screenful up or down"),
+    ("home  g", "The first todo"),
+    ("end  G", "The last todo"),
+    ("tab  shift+tab", "Focus the next or previous pane (board, detail tabs, lists)"),
 )
 
 ALL_KEYS: tuple[KeyAction, ...] = (*BOARD_KEYS, *REPLAY_KEYS, *APP_KEYS)

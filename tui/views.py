@@ -8,7 +8,8 @@ safe; RunStates are mutated in place, so views carry copies.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from state.fold import (
     Event,
@@ -31,6 +32,8 @@ class BoardView:
     todos: Mapping[int, TodoState]
     running: tuple[RunState, ...] = ()
     replay: bool = False
+    #: todo number -> the headline figures of its latest verification ("τ 1.87  1.04x")
+    figures: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,37 @@ def board_view(state: SessionState, *, name: str, pipeline: str | None,
                replay: bool = False) -> BoardView:
     return BoardView(session_id=state.session_id, session_name=name, pipeline=pipeline,
                      n=state.n, todos=dict(state.todos), running=running_runs(state),
-                     replay=replay)
+                     replay=replay, figures=latest_figures(state))
+
+
+def latest_figures(state: SessionState) -> dict[int, str]:
+    """Per todo, the figures of its newest verification that has any."""
+    out: dict[int, str] = {}
+    for v in sorted(state.verifications.values(), key=lambda v: v.id):
+        text = verification_figures(v.metrics)
+        if v.todo_id is not None and text:
+            out[v.todo_id] = text
+    return out
+
+
+def verification_figures(metrics: Mapping[str, Any]) -> str:
+    """``τ 1.87  1.04x``: the mean acceptance length, and the speedup: measured by a
+    benchmark against vLLM, else projected by the verify stage."""
+    parts = []
+    tau = _num(metrics.get("tau"), metrics.get("acceptance_length"))
+    if tau is not None:
+        parts.append(f"τ {tau:.2f}")
+    speedup = _num(metrics.get("speedup"), metrics.get("projected_speedup"))
+    if speedup is not None:
+        parts.append(f"{speedup:.2f}x")
+    return "  ".join(parts)
+
+
+def _num(*values: Any) -> float | None:
+    for v in values:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
 
 
 def detail_view(state: SessionState, num: int | None, history: list[Event], *,

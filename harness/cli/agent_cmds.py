@@ -1,21 +1,25 @@
-"""`harness todowrite` and `harness todoread`: the agent's side of the list."""
+"""`harness todowrite`, `todoread`, `next` and `prime`: the agent's side of the list.
+
+The first three run through :mod:`harness.cli.hot` when their command line is plain (no
+click, no SQLAlchemy); these click commands are the same bodies for every other line
+(``--help``, unusual spellings), and the reference for docs/cli.md.
+"""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
-from harness import formats
-from harness.agent import READ_FORMATS, agent_actor, todoread, todowrite
-from harness.cli.common import common_options, emit_json, harness
-from harness.errors import InputError
+from harness.cli import hot
+from harness.cli.common import common_options, harness, json_option
+
+TODOWRITE_FORMATS = click.Choice(list(hot.TODOWRITE_FORMATS))
 
 
 @click.command("todowrite")
-@click.option("--format", "fmt", type=click.Choice(["auto", *formats.FORMATS]), default="auto",
-              show_default=True, help="Payload shape; auto detects it from the content.")
+@click.option("--format", "fmt", type=TODOWRITE_FORMATS, default="auto", show_default=True,
+              help="Payload shape; auto detects it from the content.")
 @click.option("--actor", metavar="NAME",
               help="Agent name, recorded as agent:NAME (default: the format's name).")
 @click.option("--file", "path", type=click.Path(dir_okay=False, path_type=Path),
@@ -31,40 +35,61 @@ def todowrite_cmd(fmt: str, actor: str | None, path: Path | None, no_response_vi
     ({plan:[{step,status}]}, also with `arguments` as a JSON string). Prints the resulting
     list in the same shape; notes on what others changed go to stderr.
     """
-    where = str(path) if path else "stdin"
-    if path is not None:
-        try:
-            with path.open("rb") as fh:
-                text = formats.read_limited(fh, where)
-        except OSError as exc:
-            raise InputError(f"cannot read ({exc.strerror})", where=where) from None
-    else:
-        text = formats.read_limited(sys.stdin.buffer, where)
-    if not text.strip():
-        raise InputError("empty payload (expected one JSON object)", where=where)
-    write = formats.parse(formats.loads(text, where), fmt, where)
-    h = harness()
-    sid = h.session().id
-    result = todowrite(h.store, sid, write, actor=agent_actor(actor, write.caps),
-                       sees_response=not no_response_view)
-    emit_json(result.response())
-    for line in result.notes:
-        click.echo(f"note: {line}", err=True)
+    hot.todowrite(harness(), fmt=fmt, actor=actor, path=path,
+                  no_response_view=no_response_view)
 
 
 @click.command("todoread")
-@click.option("--format", "fmt", type=click.Choice(READ_FORMATS), default="prompt",
-              show_default=True,
+@click.option("--format", "fmt", type=click.Choice(list(hot.TODOREAD_FORMATS)),
+              default="prompt", show_default=True,
               help="prompt: a compact block for an agent's context; json: every field; "
                    "opencode/claude/codex: that agent's own shape.")
 @common_options
 def todoread_cmd(fmt: str) -> None:
     """Print the session's todo list for an agent (or a person)."""
+    hot.todoread(harness(), fmt)
+
+
+@click.command("next")
+@click.option("--claim", is_flag=True,
+              help="Mark it in progress by --actor, in the same transaction that chose it: "
+                   "two agents asking at once never get the same todo.")
+@click.option("--actor", metavar="NAME",
+              help="Who claims it, recorded as agent:NAME (default: human).")
+@common_options
+@json_option
+def next_cmd(claim: bool, actor: str | None, as_json: bool) -> None:
+    """The highest-priority todo that is ready: pending, every dependency completed, not
+    bound to a pipeline stage (`harness run` starts those).
+
+    Exits 0 with a todo, 1 when nothing is ready (and says why), so a worker can loop:
+    `while harness next --claim --actor w1; do ...; done`.
+    """
+    code = hot.next_todo(harness(), claim=claim, actor=actor, as_json=as_json)
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+@click.command("prime")
+@click.option("--agent", type=click.Choice(["any", "claude-code", "codex", "opencode"]),
+              default="any", show_default=True,
+              help="Word the instructions for this agent's tools.")
+@click.option("--no-list", is_flag=True, help="Only the instructions, not the current list.")
+@common_options
+def prime_cmd(agent: str, no_list: bool) -> None:
+    """Print what an agent needs in its instructions file (AGENTS.md, CLAUDE.md): how to
+    keep its todo list in the harness with the CLI, then the current list.
+
+    For models that have no todo tool of their own (or MCP): `harness prime >> AGENTS.md`,
+    or have the agent run it at the start of its work. Kept within 1,500 tokens
+    (cl100k_base; docs/PERFORMANCE.md), the list cut short with a count if it is long.
+    """
+    from harness.prime import prime_text
+
     h = harness()
-    sess = h.session()
-    click.echo(todoread(h.store, sess.id, fmt, session_name=sess.name))
+    click.echo(prime_text(h, agent=agent, with_list=not no_list))
 
 
 def register(cli: click.Group) -> None:
-    cli.add_command(todowrite_cmd)
-    cli.add_command(todoread_cmd)
+    for cmd in (todowrite_cmd, todoread_cmd, next_cmd, prime_cmd):
+        cli.add_command(cmd)

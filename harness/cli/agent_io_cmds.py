@@ -1,36 +1,35 @@
-"""Agents using the harness directly: `harness mcp`, `harness hook claude-code|opencode`,
-`harness watch-codex`.
+"""Agents using the harness directly: `harness mcp`, `harness hook claude-code|codex|opencode`
+(and their `install`), `harness watch-codex`.
 
-The MCP SDK is imported only when `harness mcp` runs, so other commands (hooks run on
-every todo call of an agent) do not pay for it.
+The MCP SDK is imported only when `harness mcp` runs; the hooks themselves run through
+:mod:`harness.cli.hot` (no click at all) on every todo call of an agent.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
-from harness import formats
+from harness.cli import hot
 from harness.cli.common import common_options, harness
-from harness.errors import KNOWN_ERRORS, InputError
-from harness.logfile import log, log_path
+from harness.errors import InputError
 
 
 @click.command("mcp")
 @click.option("--actor", metavar="NAME",
               help="Record writes as agent:NAME instead of the client's own name (the "
                    "clientInfo.name of its MCP handshake).")
+@click.option("--tools", metavar="A,B,C",
+              help="Serve only these tools (their schemas cost the agent's context; see "
+                   "docs/PERFORMANCE.md). Default: all.")
 @common_options
-def mcp_cmd(actor: str | None) -> None:
+def mcp_cmd(actor: str | None, tools: str | None) -> None:
     """Serve the harness to an agent over MCP (stdio).
 
-    Tools: todowrite, todoread, todo_update, pipeline_status, run_logs,
-    verification_results, replay. Resources: harness://todos (JSON) and
+    Tools: todowrite, todoread, todo_update, claim_next, pipeline_status, run_stage,
+    run_logs, verification_results, replay. Resources: harness://todos (JSON) and
     harness://todos/prompt for the session, harness://sessions/NAME/todos for another.
     The session is --session, then HARNESS_SESSION, then the current one; a tool's
     `session` argument picks another. Errors come back as tool errors; details of
@@ -39,69 +38,73 @@ def mcp_cmd(actor: str | None) -> None:
     \b
     Claude Code:  claude mcp add harness -- harness mcp
     opencode:     "mcp": {"harness": {"type": "local", "command": ["harness", "mcp"]}}
+    Codex:        [mcp_servers.harness] command = "harness", args = ["mcp"]
     """
+    from harness.agent_tools import select_tools
     from harness.mcp_server import serve
 
-    serve(harness(), actor=actor)
-
-
-def _never_fail(name: str, body: Callable[[], str | None]) -> None:
-    """Run a hook body; print what it returns; on any error log it and exit 0 anyway."""
-    try:
-        out = body()
-    except Exception as exc:
-        # Our own errors are one line; anything else is a bug, kept with its traceback.
-        where = log("hooks", f"{name}: {exc}",
-                    None if isinstance(exc, KNOWN_ERRORS) else exc)
-        click.echo(f"harness hook {name}: {exc} (logged to {where or log_path('hooks')})",
-                   err=True)
-        return
-    if out:
-        click.echo(out)
-
-
-def _payload(where: str) -> Any:
-    text = formats.read_limited(sys.stdin.buffer, where)
-    if not text.strip():
-        raise InputError("empty hook payload", where=where)
-    return formats.loads(text, where)
+    chosen = select_tools(tools)  # a bad name fails here, before the server starts
+    serve(harness(announce=False), actor=actor, tools=chosen)
 
 
 @click.group("hook")
 def hook_group() -> None:
-    """Hooks for agents that keep their own todo list: they copy it into the store.
+    """Hooks for agents that keep their own todo list: they copy it into the store, mark
+    where the agent's context was cut, and give the list back after each cut.
 
     A hook never stands in the agent's way: on any error it logs to the data directory's
-    logs/hooks.log and exits 0.
+    logs/hooks.log and exits 0. `harness hook AGENT install` writes the hooks into the
+    agent's settings.
     """
 
 
-@hook_group.command("claude-code")
+@hook_group.group("claude-code", invoke_without_command=True)
 @click.option("--actor", metavar="NAME", default="claude-code", show_default=True,
               help="Record writes as agent:NAME.")
 @common_options
-def hook_claude_code(actor: str) -> None:
+@click.pass_context
+def hook_claude_code(ctx: click.Context, actor: str) -> None:
     """A Claude Code hook: give it the hook's JSON payload on stdin.
 
     \b
     PostToolUse TodoWrite           the whole list is merged into the session
     PostToolUse TaskCreate/Update   one item is created, changed or deleted
-    SessionStart                    prints the list as additionalContext, so it
-                                    comes back after /compact, /clear or a restart
+    TaskCreated, TaskCompleted      one item is created / completed
+    PreCompact, PostCompact         the compaction is recorded in the history
+    SessionStart                    the start (startup, resume, clear, compact) is
+                                    recorded, and the list is printed as
+                                    additionalContext: it comes back after every cut
+
+    The session: --session, else CLAUDE_CODE_TASK_LIST_ID, else HARNESS_SESSION, else
+    the project directory (its own store's current session, or one named after it).
+    `harness hook claude-code install` writes these hooks into .claude/settings.json.
+    """
+    if ctx.invoked_subcommand is None:
+        meta = ctx.find_root().meta
+        hot.hook("claude-code", db=meta.get("harness.db"), session=meta.get("harness.session"),
+                 actor=actor)
+
+
+@hook_group.group("codex", invoke_without_command=True)
+@click.option("--actor", metavar="NAME", default="codex", show_default=True,
+              help="Record writes as agent:NAME.")
+@common_options
+@click.pass_context
+def hook_codex(ctx: click.Context, actor: str) -> None:
+    """A Codex CLI hook (.codex/hooks.json): the hook's JSON payload on stdin.
 
     \b
-    .claude/settings.json:
-      {"hooks": {
-        "PostToolUse": [{"matcher": "TodoWrite|TaskCreate|TaskUpdate",
-          "hooks": [{"type": "command", "command": "harness hook claude-code"}]}],
-        "SessionStart": [{"matcher": "startup|resume|clear|compact",
-          "hooks": [{"type": "command", "command": "harness hook claude-code"}]}]}}
-    """
-    from harness.claude_hooks import handle
+    SessionStart                    recorded; the plan is printed as additionalContext
+                                    (Codex sends source=compact after every compaction)
+    PreCompact, PostCompact         the compaction is recorded in the history
+    PostToolUse update_plan         the plan is merged (as watch-codex would)
 
-    name = actor if actor.startswith("agent:") else f"agent:{actor}"
-    _never_fail("claude-code", lambda: handle(_payload("claude-code hook payload"),
-                                              harness(), actor=name))
+    `harness hook codex install` writes these hooks into .codex/hooks.json.
+    """
+    if ctx.invoked_subcommand is None:
+        meta = ctx.find_root().meta
+        hot.hook("codex", db=meta.get("harness.db"), session=meta.get("harness.session"),
+                 actor=actor)
 
 
 @hook_group.command("opencode")
@@ -111,22 +114,58 @@ def hook_claude_code(actor: str) -> None:
 def hook_opencode(actor: str) -> None:
     """An opencode `todo.updated` event on stdin (the event, or its properties
     {sessionID, todos}); the list is merged into the session. See
-    examples/opencode-plugin/ for the plugin that calls this."""
-    from harness.agent import todowrite
+    examples/opencode-plugin/ for the plugin that calls this (and puts the list into
+    opencode's compaction)."""
+    meta = click.get_current_context().find_root().meta
+    hot.hook("opencode", db=meta.get("harness.db"), session=meta.get("harness.session"),
+             actor=actor)
 
-    name = actor if actor.startswith("agent:") else f"agent:{actor}"
 
-    def body() -> None:
-        payload = _payload("opencode event")
-        if isinstance(payload, dict) and isinstance(payload.get("properties"), dict):
-            payload = payload["properties"]  # the whole event, not just its properties
-        write = formats.parse(payload, "opencode", "opencode todo.updated")
-        h = harness()
-        # opencode never reads a plugin's answer: merge against what it sent.
-        todowrite(h.store, h.session(create=True).id, write, actor=name, sees_response=False)
-        return None
+def _install_options(fn):  # type: ignore[no-untyped-def]
+    fn = click.option("--dry-run", is_flag=True,
+                      help="Show the change as a diff; write nothing.")(fn)
+    fn = click.option("--user", "scope", flag_value="user",
+                      help="The user's settings (~/...), for every project.")(fn)
+    fn = click.option("--project", "scope", flag_value="project", default=True,
+                      help="This project's settings (the default).")(fn)
+    fn = click.option("--command", "command", metavar="CMD",
+                      help="The command the hooks run (default: this harness, as "
+                           "`harness hook AGENT`).")(fn)
+    return fn
 
-    _never_fail("opencode", body)
+
+def _install(agent: str, scope: str, dry_run: bool, command: str | None) -> None:
+    from harness.hook_install import install
+
+    result = install(agent, scope=scope, cwd=Path.cwd(), command=command)
+    if dry_run:
+        click.echo(result.diff or f"{result.path}: already up to date (nothing to change)")
+        return
+    if not result.changed:
+        click.echo(f"{result.path}: already up to date")
+        return
+    result.write()
+    click.echo(f"{result.path}: added the harness hooks ({', '.join(result.events)})")
+    for line in result.notes:
+        click.echo(f"note: {line}")
+
+
+@hook_claude_code.command("install")
+@_install_options
+def install_claude_code(scope: str, dry_run: bool, command: str | None) -> None:
+    """Merge the harness hooks into .claude/settings.json (--project, the default) or
+    ~/.claude/settings.json (--user). Other hooks and settings are kept; running it again
+    changes nothing."""
+    _install("claude-code", scope, dry_run, command)
+
+
+@hook_codex.command("install")
+@_install_options
+def install_codex(scope: str, dry_run: bool, command: str | None) -> None:
+    """Merge the harness hooks into .codex/hooks.json (--project, the default) or
+    $CODEX_HOME/hooks.json (--user, default ~/.codex). Other hooks are kept; running it
+    again changes nothing. Codex asks you to trust new hooks before it runs them."""
+    _install("codex", scope, dry_run, command)
 
 
 def default_codex_dir() -> Path:
@@ -173,4 +212,3 @@ def register(cli: click.Group) -> None:
     cli.add_command(mcp_cmd)
     cli.add_command(hook_group)
     cli.add_command(watch_codex)
-

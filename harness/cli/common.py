@@ -38,12 +38,14 @@ def common_options(fn: F) -> F:
     return fn
 
 
-def harness() -> Harness:
-    """The Harness for this invocation, built from the options seen so far."""
+def harness(*, announce: bool = True) -> Harness:
+    """The Harness for this invocation, built from the options seen so far.
+    ``announce=False``: say nothing on stderr when the store is created (hooks, MCP)."""
     global _current
     if _current is None:
         meta = click.get_current_context().find_root().meta
-        _current = Harness(db=meta.get("harness.db"), session=meta.get("harness.session"))
+        _current = Harness(db=meta.get("harness.db"), session=meta.get("harness.session"),
+                           announce=announce)
     return _current
 
 

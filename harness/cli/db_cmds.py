@@ -23,7 +23,8 @@ def db() -> None:
 
 
 def _open_unchecked() -> Store:
-    return Store.open(harness().store_source.value, check=False)
+    # Looking at a store, or upgrading one, never creates it.
+    return Store.open(harness().store_source.value, check=False, create=False)
 
 
 @db.command("info")

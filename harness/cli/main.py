@@ -1,87 +1,84 @@
-"""The ``harness`` command: a click group, and the one place errors are rendered.
+"""The ``harness`` entry point, and the one place errors are rendered.
 
 Exit codes: 0 ok, 1 an error you can act on, 2 usage, 3 a database or host that cannot be
 reached, 4 a timeout, 130 interrupted (129/143: SIGHUP/SIGTERM to ``harness run``). Errors
 are one plain line on stderr; ``--json`` output goes to stdout.
+
+The commands an agent runs on every todo change (``todowrite``, ``todoread``, ``next``,
+``harness hook ...``) are parsed and run by :mod:`harness.cli.hot` without importing
+click or the rest of the CLI; anything else, or any option those do not know, goes to
+the click application (:mod:`harness.cli.app`), so both routes behave the same.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-import click
-
-from harness import __version__
-from harness.cli import (
-    agent_cmds,
-    agent_io_cmds,
-    db_cmds,
-    replay_cmds,
-    run_cmds,
-    session_cmds,
-    todo_cmds,
-    tui_cmd,
-    verify_cmds,
-)
-from harness.cli.common import CONTEXT_SETTINGS, close_harness, common_options
-from harness.errors import EXIT_INTERRUPTED, EXIT_USAGE, KNOWN_ERRORS, exit_code, render
-
-COMMAND_MODULES = [session_cmds, todo_cmds, agent_cmds, run_cmds, agent_io_cmds, replay_cmds,
-                   db_cmds, verify_cmds, tui_cmd]
-
-
-@click.group(context_settings=CONTEXT_SETTINGS, invoke_without_command=True)
-@common_options
-@click.version_option(__version__, prog_name="todo-harness")
-@click.pass_context
-def cli(ctx: click.Context) -> None:
-    """todo-harness: a persistent, replayable todo list that drives long engineering
-    campaigns (EAGLE-3 drafters for vLLM), locally or over SSH.
-
-    The store is found by --db, then HARNESS_DB, then .harness/state.db in this directory
-    or a parent, then the user data directory (`harness where` shows which). Commands act
-    on the session given by --session, then HARNESS_SESSION, then `harness session use`,
-    then "default".
-    """
-    if ctx.invoked_subcommand is None:
-        tui = cli.get_command(ctx, "tui")
-        if tui is not None and sys.stdout.isatty():
-            ctx.invoke(tui)
-        else:
-            click.echo(ctx.get_help())
-
-
-for module in COMMAND_MODULES:
-    module.register(cli)
+from harness.cli import hot
+from harness.errors import EXIT_INTERRUPTED, KNOWN_ERRORS, exit_code, render
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    code = 0
+    args = list(sys.argv[1:] if argv is None else argv)
+    lost: list[BaseException] = []
+    previous = sys.unraisablehook
+
+    def unraisable(info: Any) -> None:
+        # A Ctrl-C landing in a finalizer or a GC callback (a pooled connection's) is
+        # "ignored" by Python: printed, then lost, and the command exits 0.
+        if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+            lost.append(info.exc_value)
+            return
+        previous(info)
+
+    sys.unraisablehook = unraisable
     try:
-        rv = cli.main(args=list(argv) if argv is not None else None, prog_name="harness",
-                      standalone_mode=False)
-        code = rv if isinstance(rv, int) else 0
-    except click.exceptions.Exit as exc:
-        code = exc.exit_code
-    except click.UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx else "harness"
-        click.echo(f"error: {where}: {exc.format_message()} (try `{where} --help`)", err=True)
-        code = EXIT_USAGE
-    except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
-        code = exc.exit_code
-    except (click.Abort, KeyboardInterrupt):
-        click.echo("error: interrupted", err=True)
-        code = EXIT_INTERRUPTED
-    except KNOWN_ERRORS as exc:
-        click.echo(render(exc), err=True)
-        code = exit_code(exc)
-    except BrokenPipeError:
-        code = 0
+        code = _run(args)
+        if lost and code == 0:
+            print("error: interrupted", file=sys.stderr)
+            code = EXIT_INTERRUPTED
     finally:
-        close_harness()
+        sys.unraisablehook = previous
     sys.exit(code)
+
+
+def _run(args: list[str]) -> int:
+    from harness.context import NOTES
+
+    try:
+        try:
+            code = hot.run(args)
+            if code is None:
+                from harness.cli.app import run
+
+                code = run(args)
+        finally:
+            hot.close()
+        if code == 0:
+            for line in NOTES:
+                print(line, file=sys.stderr)
+        return code
+    except KeyboardInterrupt:
+        # Also a Ctrl-C during the store's close (its final WAL checkpoint).
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KNOWN_ERRORS as exc:
+        print(render(exc), file=sys.stderr)
+        return exit_code(exc)
+    except BrokenPipeError:
+        return 0
+    finally:
+        NOTES.clear()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "cli":  # the click group, for scripts/gen_cli_docs.py and friends
+        from harness.cli.app import cli
+
+        return cli
+    raise AttributeError(name)
 
 
 if __name__ == "__main__":

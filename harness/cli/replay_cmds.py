@@ -21,6 +21,8 @@ from harness.export import FORMATS as EXPORT_FORMATS
 from harness.export import export_lines
 from harness.importers import FORMATS as IMPORT_FORMATS
 from harness.importers import ImportReport, import_file
+from harness.importers.claude_tasks import follow as follow_tasks
+from harness.importers.claude_tasks import is_task_list, sync_task_list
 from harness.paths import set_current_session
 from harness.render import safe_line
 from state.fold import SessionState, TodoState, board_key
@@ -243,6 +245,15 @@ def _span(a: str | None, b: str | None) -> str:
 
 def _print_report(r: ImportReport) -> None:
     what = "events" if r.format == "harness" else "todo calls"
+    if r.format == "claude-tasks":
+        new = " (new)" if r.session_created else ""
+        state = (f"{r.imported} changed -> {r.events} events" if r.imported
+                 else "already in sync")
+        click.echo(f"{r.path} (claude-tasks): {r.calls} tasks into session "
+                   f"{r.session}{new}: {state}")
+        if r.malformed_count:
+            click.echo("  skipped: " + "; ".join(reason for _, reason in r.malformed[:10]))
+        return
     if r.calls == 0:
         click.echo(f"{r.path} ({r.format}): no {what} found; nothing imported")
     elif r.imported == 0:
@@ -279,9 +290,15 @@ def _print_report(r: ImportReport) -> None:
               show_default=True, help="The transcript's format; auto reads it from the content.")
 @click.option("--strict", is_flag=True,
               help="Import nothing from a file with any malformed line or invalid todo call.")
+@click.option("--follow", is_flag=True,
+              help="A Claude Code task list directory: keep it in sync as it changes, "
+                   "until Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="With --follow: seconds between looks at the directory.")
 @common_options
 @json_option
-def import_(files: tuple[Path, ...], fmt: str, strict: bool, as_json: bool) -> None:
+def import_(files: tuple[Path, ...], fmt: str, strict: bool, follow: bool, interval: float,
+            as_json: bool) -> None:
     """Import agent transcripts: each todo call becomes the events a live todowrite would
     have made, at its original time, with the tool-call id in `ref`.
 
@@ -290,8 +307,11 @@ def import_(files: tuple[Path, ...], fmt: str, strict: bool, as_json: bool) -> N
     claude-stream    claude -p --output-format stream-json (also pretty-printed)
     opencode-export  opencode's markdown export (todowrite)
     opencode-json    opencode export JSON, storage part files, run --format json events
+    claude-action    a GitHub Actions log of anthropics/claude-code-action
     codex            Codex CLI rollout JSONL (update_plan)
     harness          a `harness export` file (read back event for event)
+    DIRECTORY        a Claude Code task list, ~/.claude/tasks/LIST/ (one JSON file a task;
+                     blockedBy/blocks become dependencies; --follow keeps it in sync)
 
     Into --session NAME (created if needed), else a session named after the agent's own
     session id. Importing the same file again adds nothing. Lines that are not todo calls
@@ -301,6 +321,9 @@ def import_(files: tuple[Path, ...], fmt: str, strict: bool, as_json: bool) -> N
     """
     h = harness()
     session = click.get_current_context().find_root().meta.get("harness.session")
+    if follow:
+        _follow_tasks(h, files, session, interval, as_json)
+        return
     reports: list[dict[str, Any]] = []
     failed: BaseException | None = None
 
@@ -315,8 +338,11 @@ def import_(files: tuple[Path, ...], fmt: str, strict: bool, as_json: bool) -> N
                            f"{total >> 20} MiB", err=True, nl=False)
     for path in files:
         try:
-            r = import_file(h.store, path, fmt=fmt, session=session, strict=strict,
-                            warn=warn, progress=progress)
+            if path.is_dir() and is_task_list(path):
+                r = sync_task_list(h.store, path, session=session)
+            else:
+                r = import_file(h.store, path, fmt=fmt, session=session, strict=strict,
+                                warn=warn, progress=progress)
         except KNOWN_ERRORS as exc:
             click.echo(render(exc), err=True)
             failed = failed or exc
@@ -330,6 +356,26 @@ def import_(files: tuple[Path, ...], fmt: str, strict: bool, as_json: bool) -> N
         emit_json(reports)
     if failed is not None:
         raise click.exceptions.Exit(exit_code(failed))
+
+
+def _follow_tasks(h: Any, files: tuple[Path, ...], session: str | None, interval: float,
+                  as_json: bool) -> None:
+    if len(files) != 1 or not files[0].is_dir():
+        raise UsageError("--follow takes one Claude Code task list directory "
+                         "(~/.claude/tasks/LIST/)")
+    directory = files[0]
+    if not is_task_list(directory):
+        raise UsageError("not a Claude Code task list (no task .json files, no .lock)",
+                         where=str(directory))
+
+    def echo(r: ImportReport) -> None:
+        if as_json:
+            click.echo(json.dumps(r.to_json(), ensure_ascii=False))
+        else:
+            _print_report(r)
+
+    click.echo(f"following {directory} (every {interval:g}s; Ctrl-C to stop)", err=True)
+    follow_tasks(h.store, directory, session=session, interval=interval, echo=echo)
 
 
 @click.command()

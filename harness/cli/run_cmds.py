@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.errors import EXIT_ERROR, Interrupted, Terminated, UsageError
-from harness.render import safe_line
+from harness.render import aligned, safe_line
 from harness.runner import Runner, cancel_run, stage_status
+from harness.runner.deadline import stage_timeout
+from harness.runner.plan import plan_run
+from harness.runner.scheduler import check_overrides, stage_host, stage_scope
+from pipeline.durations import format_duration, parse_duration
 from pipeline.eagle3.disk_estimate import estimates as disk_estimates
 from pipeline.params import check_params
 from pipeline.redact import redact_text
-from pipeline.spec import load_spec
+from pipeline.spec import Pipeline, load_spec, parse_scale
 from state.fold import RUN_FINAL
 from state.interrupts import TerminateRequested, stop_signals_raise
+from state.store import Store
 
 SPEC = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -48,11 +55,14 @@ def check(spec_path: Path, as_json: bool) -> None:
     if unchecked:
         click.echo(f"  parameters of {', '.join(unchecked)} not checked: their code does not "
                    "import here (install the eagle3 extra to check them)")
+    rows = []
     for stage in spec.order():
         host = spec.host_for(stage)
         what = f"action {stage.action}" if stage.action else "run: " + safe_line(stage.run or "", 60)
         needs = f" after {', '.join(stage.needs)}" if stage.needs else ""
-        click.echo(f"  {stage.name:<16} on {host.label:<20} {what}{needs}")
+        rows.append([stage.name, f"on {host.label}", what + needs])
+    for text in aligned(rows):
+        click.echo(f"  {text}")
     for d in disk:
         click.echo(f"  disk: {d.line()}")
 
@@ -63,34 +73,60 @@ def check(spec_path: Path, as_json: bool) -> None:
 @click.option("--until", metavar="STAGE", help="Run this stage and what it needs.")
 @click.option("--host-override", "overrides", multiple=True, metavar="STAGE=HOST",
               help="Run STAGE on HOST instead (repeatable).")
-@click.option("--dry-run", is_flag=True, help="Show what would run, change nothing.")
+@click.option("--timeout", "timeouts", multiple=True, metavar="STAGE=DURATION",
+              help="Give STAGE this time limit (90s, 15m, 2h; `none`: no limit) instead of "
+                   "its spec's (repeatable).")
+@click.option("--timeout-scale", type=float, metavar="X",
+              help="Multiply every stage's spec timeout by X (e.g. 2 on a slow or busy "
+                   "machine); replaces the spec's `defaults.timeout_scale`.")
+@click.option("--retry-blocked", is_flag=True,
+              help="Run the blocked stages in scope again (their todos go back to pending).")
+@click.option("--dry-run", is_flag=True,
+              help="Show what a run would do now (run, skip, re-attach, wait), change nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="Do not echo job logs (they are stored).")
 @common_options
 def run_cmd(spec_path: Path, only: str | None, until: str | None, overrides: tuple[str, ...],
+            timeouts: tuple[str, ...], timeout_scale: float | None, retry_blocked: bool,
             dry_run: bool, quiet: bool) -> None:
     """Run a pipeline: one todo per stage, each run as a detached job that survives
     disconnects, its log streamed into the store, completed only when its checks and gate
     pass (else blocked with the measured reason).
 
-    Re-running resumes: finished stages are skipped, jobs left running are re-attached.
-    Ctrl-C (exit 130), SIGTERM (143) or SIGHUP (129) stops watching: jobs keep running on
-    their hosts, servers that stages started are stopped.
+    Re-running resumes: finished stages are skipped, jobs left running are re-attached,
+    blocked stages are left alone unless --retry-blocked. Each stage's time limit counts
+    from its job's start; a stage whose progress line (`eta Ns`) says it will not finish
+    in time gets a warning with the command that gives it more. Ctrl-C (exit 130), SIGTERM
+    (143) or SIGHUP (129) stops watching: jobs keep running on their hosts, servers that
+    stages started are stopped.
     """
     spec = load_spec(spec_path)
     check_params(spec, str(spec_path))
-    host_overrides: dict[str, str] = {}
-    for item in overrides:
-        stage, sep, host = item.partition("=")
-        if not sep or not stage or not host:
-            raise UsageError(f"--host-override {item!r}: expected STAGE=HOST")
-        host_overrides[stage] = host
-    if dry_run:
-        _dry_run(spec, only, until, host_overrides)
-        return
+    host_overrides = dict(_pairs("--host-override", overrides, "STAGE=HOST"))
+    limits = {stage: _limit(stage, text)
+              for stage, text in _pairs("--timeout", timeouts, "STAGE=DURATION")}
+    if timeout_scale is not None:
+        try:
+            parse_scale(timeout_scale)
+        except ValueError as exc:
+            raise UsageError(f"--timeout-scale: {exc}") from None
     h = harness()
+    rerun = _rerun_command(spec_path, only, until)
+    options = dict(only=only, until=until, host_overrides=host_overrides, timeouts=limits,
+                   timeout_scale=timeout_scale, retry_blocked=retry_blocked, rerun=rerun)
+    if dry_run:
+        check_overrides(spec, host_overrides, limits)
+        scope = stage_scope(spec, only, until)
+        if _store_exists(h.store_source.value):
+            name = h.session_source.value
+            row = h.store.session_by_name(name)
+        else:
+            name, row = "(none yet: a new store)", None
+        _dry_run(spec, scope, h.store if row else None, row.id if row else None, name,
+                 options)
+        return
     sess = h.session(create=True)
-    runner = Runner(h.store, sess.id, spec, only=only, until=until,
-                    host_overrides=host_overrides, out=_echo, show_logs=not quiet)
+    runner = Runner(h.store, sess.id, spec, out=_echo, show_logs=not quiet,
+                    **options)  # type: ignore[arg-type]
     after = ("jobs keep running on their hosts (servers that stages started were stopped): "
              "run again to re-attach, or `harness cancel RUN` to stop one")
     try:
@@ -112,20 +148,70 @@ def _echo(line: str) -> None:
         pass  # the terminal or reader went away (SIGHUP, a closed pipe): the store has it all
 
 
-def _dry_run(spec, only, until, overrides) -> None:  # type: ignore[no-untyped-def]
-    from harness.runner import Runner as _R
+def _pairs(flag: str, items: tuple[str, ...], shape: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise UsageError(f"{flag} {item!r}: expected {shape}")
+        pairs.append((key, value))
+    return pairs
 
-    probe = object.__new__(_R)
-    probe.spec = spec
-    probe.overrides = overrides
-    scope = _R._scope(probe, only, until)
-    click.echo(f"pipeline {spec.name}: would run {len(scope)} stage(s) in this order "
-               "(nothing changed):")
-    for name in scope:
-        stage = spec.stage(name)
-        host = spec.hosts[overrides[name]] if name in overrides else spec.host_for(stage)
-        argv = stage.command(host, result_path="<run dir>/result.json")
-        click.echo(f"  {name:<16} on {host.label}: {redact_text(' '.join(argv), {})}")
+
+def _limit(stage: str, text: str) -> float | None:
+    if text.strip().lower() in ("none", "off"):
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"--timeout {stage}={text}: {exc}") from None
+
+
+def _rerun_command(spec_path: Path, only: str | None, until: str | None) -> str:
+    """``harness run SPEC`` as typed, with the options that choose the store, session and
+    scope: what runs this same pipeline again."""
+    meta = click.get_current_context().find_root().meta
+    words = ["harness"]
+    for key, flag in (("harness.db", "--db"), ("harness.session", "--session")):
+        if meta.get(key):
+            words += [flag, str(meta[key])]
+    words += ["run", str(spec_path)]
+    if only:
+        words += ["--only", only]
+    if until:
+        words += ["--until", until]
+    return shlex.join(words)
+
+
+def _store_exists(value: str) -> bool:
+    """A URL names a server's database; a path must be a file already (a dry run never
+    creates a store)."""
+    return "://" in value or Path(value).expanduser().is_file()
+
+
+def _dry_run(spec: Pipeline, scope: list[str], store: Store | None, sid: int | None,
+             session_name: str, options: dict[str, Any]) -> None:
+    """What a real run would do now, from the session's todos; nothing is written."""
+    rows = plan_run(store, sid, spec, scope, retry_blocked=options["retry_blocked"])
+    will = [r for r in rows if r.verdict in ("run", "re-attach")]
+    click.echo(f"pipeline {spec.name}, session {session_name}: would run {len(will)} of "
+               f"{len(rows)} stage(s) in scope, in this order (nothing changed):")
+    width = max(len(r.stage) for r in rows)
+    for r in rows:
+        stage = spec.stage(r.stage)
+        host = stage_host(spec, stage, options["host_overrides"])
+        limit = stage_timeout(spec, stage, options["timeouts"], options["timeout_scale"])
+        head = f"  {r.verdict:<9} {r.stage:<{width}} {r.todo or 'new':<4}"
+        if r.verdict in ("run", "re-attach"):
+            argv = stage.command(host, result_path="<run dir>/result.json")
+            when = f", timeout {format_duration(limit)}" if limit else ""
+            click.echo(f"{head} on {host.label}{when} ({safe_line(r.why, 80)})")
+            click.echo(f"      {redact_text(' '.join(argv), {})}")
+        else:
+            click.echo(f"{head} {safe_line(r.why, 200)}")
+    if any(r.verdict == "blocked" for r in rows):
+        click.echo(f"blocked stages are not run: `{options['rerun']} --retry-blocked` "
+                   "runs them")
 
 
 @click.command()
@@ -146,14 +232,17 @@ def status(lines: int, as_json: bool) -> None:
         click.echo(f"session {sess.name}: no pipeline stages yet (`harness run PIPELINE.yaml`)")
         return
     click.echo(f"session {sess.name}, pipeline {sess.pipeline or '?'}")
+    cells = []
     for r in rows:
         run = r["last_run"]
-        line = f"  {r['todo']:<4} {r['stage']:<16} {r['status']:<12}"
+        last = ""
         if run:
             dur = f"{run['duration_s']:.0f}s" if run["duration_s"] is not None else "-"
             code = "" if run["exit_code"] is None else f" exit {run['exit_code']}"
-            line += f" {run['id']} {run['state']} on {run['host']} {dur}{code}"
-        click.echo(line)
+            last = f"{run['id']} {run['state']} on {run['host']} {dur}{code}"
+        cells.append([r["todo"], r["stage"], r["status"], last])
+    for r, line in zip(rows, aligned(cells, sep=" "), strict=True):
+        click.echo(f"  {line}")
         if r["status"] == "blocked" and r["blocked_reason"]:
             click.echo(f"       blocked: {safe_line(r['blocked_reason'], 160)}")
         for log_line in r["log_tail"]:

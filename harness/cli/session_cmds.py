@@ -7,23 +7,35 @@ from pathlib import Path
 import click
 
 from harness.cli.common import common_options, emit_json, harness, json_option
-from harness.errors import NoSession
-from harness.paths import PROJECT_DIR, STORE_FILE, config_dir, current_session, set_current_session
+from harness.errors import NoSession, UsageError
+from harness.paths import (
+    DEFAULT_SESSION,
+    PROJECT_DIR,
+    STORE_FILE,
+    config_dir,
+    current_session,
+    set_current_session,
+)
 from state.store import Store
 
 
 @click.command()
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
-def init(directory: Path | None) -> None:
+@click.pass_context
+def init(ctx: click.Context, directory: Path | None) -> None:
     """Create a project store, DIRECTORY/.harness/state.db (default: here).
 
     Commands run in DIRECTORY or below then use it (unless --db or HARNESS_DB say
-    otherwise).
+    otherwise). With `harness --db PATH init`, create the store at PATH instead, with its
+    directories: other commands create a missing store only in a directory that exists.
     """
-    target = (directory or Path.cwd()) / PROJECT_DIR / STORE_FILE
-    existed = target.exists()
-    Store.open(str(target)).close()
-    click.echo(f"{'using existing' if existed else 'created'} store {target}")
+    db = ctx.find_root().meta.get("harness.db")
+    if db is not None and directory is not None:
+        raise UsageError("give either DIRECTORY or --db, not both")
+    target = db if db is not None else str((directory or Path.cwd()) / PROJECT_DIR / STORE_FILE)
+    store = Store.open(target, make_dirs=True)
+    store.close()
+    click.echo(f"{'created' if store.created else 'using existing'} store {store.where}")
 
 
 @click.command()
@@ -100,9 +112,10 @@ def session_list(as_json: bool) -> None:
 @click.argument("name")
 @common_options
 def session_use(name: str) -> None:
-    """Make NAME the current session for this store (for you, not for others)."""
+    """Make NAME the current session for this store (for you, not for others). The
+    session `default` needs no creating: it is made on first use, as everywhere."""
     h = harness()
-    if h.store.session_by_name(name) is None:
+    if h.store.session_by_name(name) is None and name != DEFAULT_SESSION:
         raise NoSession(f"no session named {name!r}", where=h.store.where,
                         hint=f"create it with `harness session new {name}`")
     set_current_session(h.store.public_url, name)

@@ -10,7 +10,8 @@ from harness import todos as uc
 from harness.agent import todo_json
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.cli.run_cmds import cancel_run_cmd
-from harness.render import BADGE, GLYPH, SECTION, describe, safe_line, safe_text
+from harness.errors import InputError, UsageError
+from harness.render import BADGE, GLYPH, SECTION, aligned, describe, safe_line, safe_text
 from state.fold import STATUSES, TodoState, board_key, unmet_dependencies
 
 PRIORITY_CHOICE = click.Choice(["high", "medium", "low", "H", "M", "L", "h", "m", "l"])
@@ -46,17 +47,27 @@ def print_board(todos: Sequence[TodoState], session_name: str) -> None:
 @click.command()
 @click.argument("text")
 @click.option("--priority", "-p", type=PRIORITY_CHOICE, default="medium", show_default=True)
-@click.option("--stage", metavar="NAME", help="Bind the todo to a pipeline stage.")
+@click.option("--stage", metavar="NAME", help="Bind the todo to a pipeline stage (one no other "
+              "todo of the session holds).")
+@click.option("--move-stage", is_flag=True,
+              help="With --stage: take the stage from the todo that holds it.")
 @click.option("--depends", "-d", "depends", multiple=True, metavar="ID",
               help="A todo this one waits for (repeatable).")
 @common_options
 @json_option
-def add(text: str, priority: str, stage: str | None, depends: tuple[str, ...],
-        as_json: bool) -> None:
-    """Add a todo with TEXT (stored exactly as given)."""
+def add(text: str, priority: str, stage: str | None, move_stage: bool,
+        depends: tuple[str, ...], as_json: bool) -> None:
+    """Add a todo with TEXT (stored exactly as given).
+
+    `harness run` runs each stage as the one todo bound to it, so --stage on a stage that
+    another todo holds is refused unless --move-stage says to move it.
+    """
+    if move_stage and stage is None:
+        raise UsageError("--move-stage needs --stage NAME")
     h = harness()
     sid = h.session().id
-    t = uc.add(h.store, sid, text, priority=priority, stage=stage, depends_on=depends)
+    t = uc.add(h.store, sid, text, priority=priority, stage=stage, depends_on=depends,
+               move_stage=move_stage)
     if as_json:
         emit_json(todo_json(t, {t.num: t}))
     else:
@@ -139,8 +150,9 @@ def show(todo_id: str, as_json: bool) -> None:
             click.echo(f"  v{v.id} {'passed' if v.passed else 'failed'}: "
                        f"{safe_line(v.verdict, 90)}")
     click.echo("history:")
-    for e in events:
-        click.echo(f"  #{e.n:<5} {e.ts[:19].replace('T', ' ')}  {e.actor:<16} {describe(e)}")
+    rows = [[f"#{e.n}", e.ts[:19].replace("T", " "), e.actor, describe(e)] for e in events]
+    for text in aligned(rows, caps=(None, None, 40, None), sep=" "):
+        click.echo(f"  {text}")
 
 
 def _report(outcome: uc.Outcome, verb: str) -> None:
@@ -242,13 +254,37 @@ def move(todo_id: str, up: bool, down: bool, to: int | None) -> None:
 
 @click.command()
 @click.argument("todo_id", metavar="ID")
-@click.argument("text")
+@click.argument("text", required=False)
+@click.option("--stage", metavar="NAME", help="Bind the todo to this pipeline stage.")
+@click.option("--no-stage", is_flag=True, help="Unbind the todo from its stage.")
+@click.option("--move-stage", is_flag=True,
+              help="With --stage: take the stage from the todo that holds it.")
 @common_options
-def edit(todo_id: str, text: str) -> None:
-    """Replace the text of todo ID."""
+def edit(todo_id: str, text: str | None, stage: str | None, no_stage: bool,
+         move_stage: bool) -> None:
+    """Replace the text of todo ID, and/or its stage binding.
+
+    A stage another todo holds is refused unless --move-stage says to move it.
+    """
+    if text is None and stage is None and not no_stage:
+        raise UsageError("say what to change: TEXT, --stage NAME or --no-stage")
+    if stage is not None and no_stage:
+        raise UsageError("say --stage or --no-stage, not both")
+    if move_stage and stage is None:
+        raise UsageError("--move-stage needs --stage NAME")
+    if text is not None and not text.strip():
+        raise InputError("a todo needs some text")
     h = harness()
-    outcome = uc.edit(h.store, h.session().id, todo_id, text)
-    click.echo(f"{outcome.todo.id} unchanged" if outcome.noop else f"edited {outcome.todo.id}")
+    sid = h.session().id
+    changed = False
+    if stage is not None or no_stage:
+        # checked (and refused) before the text changes: nothing is half done
+        changed |= not uc.bind_stage(h.store, sid, todo_id, stage,
+                                     move_stage=move_stage).noop
+    if text is not None:
+        changed |= not uc.edit(h.store, sid, todo_id, text).noop
+    num = uc.parse_id(todo_id)
+    click.echo(f"edited t{num}" if changed else f"t{num} unchanged")
 
 
 @click.command()
@@ -290,10 +326,10 @@ def log(todo_id: str | None, limit: int | None, as_json: bool) -> None:
     if as_json:
         emit_json([{**e.to_json(), "description": describe(e)} for e in events])
         return
-    for e in events:
-        tid = f"t{e.todo_id}" if e.todo_id is not None else ""
-        click.echo(f"#{e.n:<5} {e.ts[:19].replace('T', ' ')}  {e.actor:<16} {tid:<5} "
-                   f"{describe(e)}")
+    rows = [[f"#{e.n}", e.ts[:19].replace("T", " "), e.actor,
+             f"t{e.todo_id}" if e.todo_id is not None else "", describe(e)] for e in events]
+    for text in aligned(rows, caps=(None, None, 40, None, None), sep=" "):
+        click.echo(text)
 
 
 def register(cli: click.Group) -> None:

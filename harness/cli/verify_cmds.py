@@ -16,7 +16,7 @@ import click
 from harness import todos as uc
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.errors import EXIT_ERROR, HarnessError, UsageError
-from harness.render import safe_line
+from harness.render import aligned, safe_line
 from harness.runner import evaluate_gate, gate_reason
 from pipeline.actions import StageResult, params_to_argv
 from state.fold import VerificationState
@@ -208,6 +208,7 @@ def verifications_cmd(todo_id: str | None, as_json: bool) -> None:
                    + (f" for t{num}" if num is not None else ""))
         return
     click.echo(f"session {sess.name}: {len(rows)} verification(s)")
+    heads = []
     for v in rows:
         m = v.metrics
         figures = []
@@ -215,15 +216,20 @@ def verifications_cmd(todo_id: str | None, as_json: bool) -> None:
             figures.append(f"τ {m['tau']:.2f}")
         if isinstance(m.get("projected_speedup"), (int, float)):
             figures.append(f"{m['projected_speedup']:.2f}x")
-        failed = [c.get("name") for c in v.checks if not c.get("passed")]
         link = " ".join(x for x in (f"t{v.todo_id}" if v.todo_id is not None else "",
                                     f"r{v.run_id}" if v.run_id is not None else "") if x)
-        click.echo(f"  v{v.id:<4} {'PASS' if v.passed else 'FAIL'} {v.created_at[:19]} "
-                   f"{link or '-':<8} {v.kind:<16} {' '.join(figures):<14} "
-                   f"{safe_line(v.artifact or '-', 50)} sha256 {(v.sha256 or '-')[:12]}")
+        heads.append([f"v{v.id}", "PASS" if v.passed else "FAIL", v.created_at[:19],
+                      link or "-", v.kind, " ".join(figures) or "-", v.artifact or "-",
+                      f"sha256 {(v.sha256 or '-')[:12]}"])
+    # Columns as wide as their widest cell (the artifact, up to 50), so long names of
+    # kinds or checkpoints do not push the next columns out of line.
+    lines = aligned(heads, caps=(None, None, None, None, 32, None, 50, None), sep=" ")
+    for v, head in zip(rows, lines, strict=True):
+        click.echo(f"  {head}")
+        failed = [c.get("name") for c in v.checks if not c.get("passed")]
         if failed:
-            click.echo(f"         failed: {safe_line(', '.join(map(str, failed)), 120)}")
-        click.echo(f"         {safe_line(v.verdict, 160)}")
+            click.echo(f"      failed: {safe_line(', '.join(map(str, failed)), 120)}")
+        click.echo(f"      {safe_line(v.verdict, 160)}")
 
 
 def _row_json(v: VerificationState) -> dict[str, Any]:

@@ -88,18 +88,30 @@ class Parser:
 
 
 def check_text(head: bytes, where: str) -> None:
-    """Refuse binary files before parsing anything."""
+    """Refuse what cannot be read as UTF-8 text at all. NUL or undecodable bytes are not
+    refused here: transcripts hold them inside tool output (a hexdump of a binary), and
+    the lines that do are skipped and counted; a file in no known format is refused by
+    :func:`harness.importers.detect.detect`."""
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise InputError("UTF-16 text is not supported (expected UTF-8)", where=where,
                          hint="convert it, e.g. `iconv -f UTF-16 -t UTF-8`")
-    if b"\x00" in head:
-        raise InputError("binary file (NUL bytes): not a transcript", where=where)
-    body = head if len(head) < HEAD_BYTES else head[:-4]  # may end inside a character
+
+
+BINARY_LINE = "lines with NUL or undecodable bytes (binary tool output)"
+
+
+def binary_line(raw: bytes) -> bool:
+    """Whether a line holds bytes no JSON or text of a transcript can: NUL (never valid,
+    even inside a JSON string, where it must be escaped), or bytes that are not UTF-8."""
+    if b"\x00" in raw:
+        return True
+    if raw.isascii():
+        return False
     try:
-        body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"binary file (not UTF-8 at byte {exc.start}): not a transcript",
-                         where=where) from None
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def read_lines(fh: IO[bytes]) -> Iterator[tuple[int, bytes | None]]:
@@ -143,7 +155,9 @@ def preview(raw: bytes, width: int = 60) -> str:
     return text[:width] + ("…" if len(text) > width else "")
 
 
-def json_error(exc: ValueError) -> str:
+def json_error(exc: ValueError | RecursionError) -> str:
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply"
     msg = getattr(exc, "msg", None) or str(exc).split(":")[0]
     col = getattr(exc, "colno", None)
     return f"malformed JSON ({msg}" + (f" at column {col})" if col else ")")
@@ -179,6 +193,9 @@ class ImportReport:
                 self.malformed.append((item.line, item.reason))
         else:
             self.skipped[item.reason] = self.skipped.get(item.reason, 0) + 1
+
+    def skip_reason(self, reason: str, malformed: bool = False) -> None:
+        self.skip(Skipped(None, reason, malformed))
 
     def saw(self, ts: str | None) -> None:
         if ts is None:

@@ -31,6 +31,7 @@ from typing import IO, Any
 from harness.errors import InputError
 from harness.formats import CLAUDE_TASKS, AgentWrite, Item, parse
 from harness.importers.base import (
+    BINARY_LINE,
     Call,
     Parser,
     Skipped,
@@ -98,6 +99,8 @@ class ClaudeParser(Parser):
                 yield item
 
     def _value(self, num: int, raw: bytes) -> tuple[int, Any] | Skipped | None:
+        if b"\x00" in raw:
+            return Skipped(num, BINARY_LINE)  # raw NUL: never a JSON line (JSON escapes it)
         # Substring tests (memchr-fast) decide which lines need a full parse.
         wanted = (num <= _META_LINES or any(m in raw for m in _MARKERS)
                   or (self._pending and any(k in raw for k in self._pending_b)))
@@ -111,7 +114,9 @@ class ClaudeParser(Parser):
             return None
         try:
             return num, json.loads(raw)
-        except ValueError as exc:
+        except UnicodeDecodeError:
+            return Skipped(num, BINARY_LINE)
+        except (ValueError, RecursionError) as exc:
             return Skipped(num, json_error(exc), True)
 
     def _stream_values(self) -> Iterator[tuple[int, Any] | Skipped]:
@@ -146,7 +151,7 @@ class ClaudeParser(Parser):
                 buf, depth = [], 0
                 try:
                     yield start, json.loads(text)
-                except ValueError as exc:
+                except (ValueError, RecursionError) as exc:
                     yield Skipped(start, json_error(exc), True)
         if buf:
             yield Skipped(start, "truncated JSON value at the end of the file", True)
@@ -158,11 +163,13 @@ class ClaudeParser(Parser):
                 yield value
                 continue
             num, obj = value
-            if not isinstance(obj, dict):
-                self.non_todo += 1
-                continue
-            self._line(num, obj)
-            yield from self._flush()
+            # A JSON array of messages: the action's execution file, an SDK dump.
+            for one in obj if isinstance(obj, list) else [obj]:
+                if not isinstance(one, dict):
+                    self.non_todo += 1
+                    continue
+                self._line(num, one)
+                yield from self._flush()
         yield from self._flush(force=True)
 
     def _line(self, num: int, obj: dict[str, Any]) -> None:

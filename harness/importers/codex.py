@@ -23,6 +23,7 @@ from typing import IO, Any
 from harness.errors import InputError
 from harness.formats import parse
 from harness.importers.base import (
+    BINARY_LINE,
     Call,
     Item,
     Parser,
@@ -54,6 +55,9 @@ class CodexParser(Parser):
             body = raw.strip()
             if not body:
                 continue
+            if b"\x00" in raw:
+                yield Skipped(num, BINARY_LINE)  # raw NUL: never a JSON line
+                continue
             wanted = (num <= _META_LINES or b'"update_plan"' in raw
                       or (self._pending and any(k.encode() in raw for k in self._pending)))
             if not wanted:
@@ -64,7 +68,7 @@ class CodexParser(Parser):
                 continue
             try:
                 obj = json.loads(raw)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 yield Skipped(num, json_error(exc), True)
                 continue
             if not isinstance(obj, dict):

@@ -9,9 +9,14 @@ from typing import Any
 from harness.errors import InputError
 from harness.export import is_export_header
 
-FORMATS = ("claude-code", "claude-stream", "opencode-export", "opencode-json", "codex",
-           "harness")
+FORMATS = ("claude-code", "claude-stream", "claude-action", "opencode-export",
+           "opencode-json", "codex", "harness")
 
+# A GitHub Actions log of anthropics/claude-code-action: the step's header (with the
+# runner's timestamp prefix, in a downloaded log), or the action's own first lines.
+_ACTION = re.compile(r"^(?:\d{4}-\d\d-\d\dT[\d:.]+Z )?(?:##\[group\])?(?:Run anthropics/"
+                     r"claude-code(?:-base)?-action\b|Running Claude (?:Code via SDK|with "
+                     r"prompt from file))", re.M)
 _CODEX_TYPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
 _CLAUDE_TYPES = {"summary", "file-history-snapshot", "user", "assistant", "system",
                  "queue-operation", "progress"}
@@ -25,7 +30,7 @@ def _first_values(head: bytes, limit: int = 20) -> list[Any]:
             continue
         try:
             out.append(json.loads(raw))
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
     return out
 
@@ -36,6 +41,8 @@ def detect(head: bytes, where: str) -> str:
     stripped = text.lstrip("\ufeff \t\r\n")
     if not stripped:
         raise InputError("empty file: nothing to import", where=where)
+    if _ACTION.search(text):
+        return "claude-action"
     if re.search(r"^\*\*Session ID:\*\*", text, re.M) or (
             stripped.startswith("#") and re.search(r"^## (User|Assistant)\b", text, re.M)):
         return "opencode-export"
@@ -70,6 +77,8 @@ def detect(head: bytes, where: str) -> str:
         if re.search(r'"type"\s*:\s*"(assistant|user)"', text) and re.search(
                 r'"content"\s*:', text):
             return "claude-stream"
+    if b"\x00" in head:
+        raise InputError("binary file (NUL bytes): not a transcript", where=where)
     first = stripped.splitlines()[0][:60] if stripped else ""
     raise InputError(f"unknown format (starts with {first!r}): not a Claude Code, opencode, "
                      "Codex or harness transcript", where=where,

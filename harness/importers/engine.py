@@ -44,6 +44,7 @@ from harness.importers.base import (
     check_text,
 )
 from harness.importers.claude import ClaudeParser
+from harness.importers.claude_action import ClaudeActionParser
 from harness.importers.codex import CodexParser
 from harness.importers.detect import FORMATS, detect
 from harness.importers.opencode_json import OpencodeJsonParser
@@ -56,15 +57,18 @@ FLUSH_EVERY = 500  # calls between flushes of one file's transaction
 Warn = Callable[[str], None]
 Progress = Callable[[int, int], None]
 
-_PREFIX = {"claude-code": "claude", "claude-stream": "claude", "opencode-export": "opencode",
+_PREFIX = {"claude-code": "claude", "claude-stream": "claude", "claude-action": "claude",
+           "opencode-export": "opencode",
            "opencode-json": "opencode", "codex": "codex"}
 # The actors the live hooks use, so an imported session and a live one are one agent.
-_AGENT = {"claude-code": CLAUDE_ACTOR, "claude-stream": CLAUDE_ACTOR,
+_AGENT = {"claude-code": CLAUDE_ACTOR, "claude-stream": CLAUDE_ACTOR, "claude-action": CLAUDE_ACTOR,
           "opencode-export": "agent:opencode", "opencode-json": "agent:opencode",
           "codex": CODEX_ACTOR}
 
 
 def _parser(fmt: str, fh: IO[bytes], where: str, fallback_ts: str) -> Any:
+    if fmt == "claude-action":
+        return ClaudeActionParser(fh, where, fallback_ts=fallback_ts)
     if fmt in ("claude-code", "claude-stream"):
         return ClaudeParser(fh, where, stream=fmt == "claude-stream", fallback_ts=fallback_ts)
     if fmt == "opencode-export":
@@ -149,6 +153,8 @@ def _apply_calls(store: Store, parser: Any, path: Path, report: ImportReport, *,
         actor = ""
         for item in parser:
             tick()
+            if isinstance(item, Call):
+                item = _nul_free(item)
             if isinstance(item, Skipped):
                 if item.malformed:
                     at = f"{where}:{item.line}" if item.line else where
@@ -183,6 +189,14 @@ def _apply_calls(store: Store, parser: Any, path: Path, report: ImportReport, *,
             report.saw(item.ts)
             if report.imported % FLUSH_EVERY == 0:
                 tx.flush()
+
+
+def _nul_free(call: Call) -> Call | Skipped:
+    """The store keeps no NUL (PostgreSQL cannot): a call with one is skipped, not the file."""
+    for i, it in enumerate(call.write.items):
+        if "\x00" in it.content or "\x00" in (it.active_form or ""):
+            return Skipped(call.line, f"{call.tool}: item {i} holds a NUL character", True)
+    return call
 
 
 def _open(store: Store, parser: Any, path: Path, report: ImportReport, session: str | None,

@@ -38,7 +38,7 @@ def import_export(store: Store, fh: IO[bytes], where: str, *, session: str | Non
             continue
         try:
             header = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise InputError(f"header: {json_error(exc)}", where=f"{where}:{num}") from None
         break
     if not is_export_header(header):
@@ -80,7 +80,7 @@ def import_export(store: Store, fh: IO[bytes], where: str, *, session: str | Non
                 continue
             try:
                 obj = json.loads(raw)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 bad(num, json_error(exc))
                 continue
             kind = obj.get("type") if isinstance(obj, dict) else None

@@ -28,7 +28,16 @@ from typing import IO
 
 from harness.errors import InputError
 from harness.formats import parse
-from harness.importers.base import Call, Item, Parser, Skipped, json_error, read_lines
+from harness.importers.base import (
+    BINARY_LINE,
+    Call,
+    Item,
+    Parser,
+    Skipped,
+    binary_line,
+    json_error,
+    read_lines,
+)
 
 _SESSION = re.compile(r"^\*\*Session ID:\*\*\s*(\S+)")
 _CREATED = re.compile(r"^\*\*Created:\*\*\s*(.+?)\s*$")
@@ -106,6 +115,9 @@ class OpencodeMarkdownParser(Parser):
             if raw is None:
                 yield Skipped(num, "line too long (raise HARNESS_IMPORT_MAX_LINE)", True)
                 continue
+            if binary_line(raw):
+                yield Skipped(num, BINARY_LINE)  # a hexdump or a binary in tool output
+                continue
             line = raw.decode("utf-8", "replace")
             if header:
                 if line.startswith("## "):
@@ -152,7 +164,7 @@ class OpencodeMarkdownParser(Parser):
         ref = f"{self.info.session_hint or 'opencode'}#todowrite{self._calls}"
         try:
             payload = json.loads(b"\n".join(body))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             return Skipped(start, json_error(exc), True)
         try:
             write = parse(payload, "opencode", f"{self.where}:{start}")

@@ -6,7 +6,7 @@ loadable with :func:`.drafter.load_drafter`, and ``trainer.pt`` with optimizer, 
 history) after every epoch, and ``state.json`` naming the latest. Export turns a checkpoint
 into what vLLM loads.
 
-The drafter (BRIEF section 6): ``fc`` 3Ht -> H, one decoder layer with 2H attention input,
+The drafter (docs/eagle3.md, "train"): ``fc`` 3Ht -> H, one decoder layer with 2H attention input,
 norm, ``lm_head`` over the draft vocab from the verifier's rows (frozen), the verifier's
 embeddings (frozen). Loss: ``--ttt-steps`` unrolled steps against the verifier's distribution
 restricted to the draft vocab (:mod:`.ttt`). AdamW (fused on GPU) with linear warmup and

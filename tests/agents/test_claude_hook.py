@@ -18,10 +18,13 @@ TRANSCRIPT = DATA / "claude-code-2.0.49-openroad-mcp.jsonl"
 
 
 def hook(db: Path, payload: Any, *, raw: bytes | None = None,
-         env: dict[str, str] | None = None):
+         env: dict[str, str] | None = None, session: str | None = "default"):
+    """One hook call. These tests pin the session with HARNESS_SESSION (``session=None``
+    leaves it to the payload: see tests/agents/test_claude_tasks.py)."""
     stdin = raw if raw is not None else json.dumps(payload).encode()
+    pinned = {"HARNESS_SESSION": session} if session else {}
     return harness_subprocess(["hook", "claude-code"], stdin=stdin,
-                              env={"HARNESS_DB": str(db), **(env or {})})
+                              env={"HARNESS_DB": str(db), **pinned, **(env or {})})
 
 
 def base(session: str = "060f3873-8a3f-4c5b-976d-7717d552a4c4", **kw: Any) -> dict[str, Any]:
@@ -229,7 +232,7 @@ def test_task_update_respects_a_persons_block(db_path: Path) -> None:
         {"content": "x", "status": "done", "activeForm": "x"}]}), None, "unknown status 'done'"),
     ("missing todos", post_tool_use("TodoWrite", {"items": []}), None, "no todo list found"),
     ("unknown task", post_tool_use("TaskUpdate", {"taskId": "9", "status": "completed"}), None,
-     "task '9' of Claude session"),
+     "task '9' of Claude task list"),
     ("TaskCreate without subject", post_tool_use("TaskCreate", {"description": "d"}), None,
      "TaskCreate: missing subject"),
 ])

@@ -13,7 +13,7 @@ from tests.agents.mcp_client import data, error_text, mcp_session
 from tests.conftest import harness_subprocess
 
 EXPECTED_TOOLS = {"todowrite", "todoread", "todo_update", "pipeline_status", "run_stage",
-                  "run_logs", "verification_results", "replay"}
+                  "run_logs", "verification_results", "replay", "claim_next"}
 
 OPENCODE = {"todos": [
     {"content": "Generate 10K synthetic samples", "status": "completed", "priority": "high"},

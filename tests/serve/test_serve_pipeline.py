@@ -6,6 +6,7 @@ reason, and no server process left behind."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -45,6 +46,13 @@ from tests.sshd import free_port
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 
 H200 = "0, NVIDIA H200, 143771, 512"
+# A speedup is the ratio of two wall-clock throughputs. On a loaded 2-core machine the
+# fake's 3 ms steps drown in scheduling and the ratio fell to 1.0021, so no test here
+# asserts its size: what makes the drafter faster is asserted exactly instead (the same
+# tokens in fewer decoding steps, from the servers' own counters), and so is the
+# arithmetic of the ratio. A gate on speedup_c1 is given a threshold no scheduling can miss
+# (it proves the gate reads the figure; tests/test_runner.py judges thresholds).
+NO_SCHEDULING_MISSES = 0.001
 
 
 @pytest.fixture
@@ -120,7 +128,7 @@ def test_full_pipeline_measures_speedup_and_stops_what_it_started(world, store: 
         serve("serve_spec", w, w.spec_port, needs=["preflight"], keep=True,
               extra=("--fake-acceptance", "0.9,0.7,0.5", "--fake-engine-child")),
         bench(w, ["serve_baseline", "serve_spec"],
-              gate={"min_speedup_c1": 1.05, "min_acceptance_length": 1.5}),
+              gate={"min_speedup_c1": NO_SCHEDULING_MISSES, "min_acceptance_length": 1.5}),
     ])
     r = runner(store, spec)
     report = r.run()
@@ -165,17 +173,32 @@ def test_full_pipeline_measures_speedup_and_stops_what_it_started(world, store: 
     assert b["acceptance_rate"] == pytest.approx(served.acceptance_rate, abs=1e-3)
     assert len(b["acceptance_per_position"]) == 3
     assert b["acceptance_per_position"][0] > b["acceptance_per_position"][2]
-    assert b["speedup_c1"] > 1.05 and b["speedup_c2"] > 1.05
     assert b["requests_failed"] == 0 and b["requests_completed"] == 2 * (17 + 17)
-    levels = {(lv["role"], lv["concurrency"]) for lv in b["levels"]}
-    assert levels == {("baseline", 1), ("spec", 1), ("baseline", 2), ("spec", 2)}
+    levels = {(lv["role"], lv["concurrency"]): lv for lv in b["levels"]}
+    assert set(levels) == {("baseline", 1), ("spec", 1), ("baseline", 2), ("spec", 2)}
+    for c in (1, 2):
+        spec_lv, base_lv = levels[("spec", c)], levels[("baseline", c)]
+        # each role measured its own server, for the same work...
+        assert spec_lv["url"].endswith(f":{w.spec_port}")
+        assert base_lv["url"].endswith(f":{w.base_port}")
+        assert spec_lv["output_tokens"] == base_lv["output_tokens"] == 17 * 24
+        # ...and the speedup is the ratio of their throughputs, tokens over seconds
+        assert b[f"throughput_c{c}"] == pytest.approx(
+            spec_lv["output_tokens"] / spec_lv["duration_s"], rel=1e-3)
+        assert b[f"speedup_c{c}"] == pytest.approx(
+            b[f"throughput_c{c}"] / b[f"baseline_throughput_c{c}"], rel=1e-3)
+    # The drafter's gain, exactly: the spec server decoded the same tokens in fewer steps
+    # (one draft per step); the baseline drafted nothing (its check, below).
+    spec_tokens = sum(levels[("spec", c)]["output_tokens"] for c in (1, 2))
+    assert served.drafts < spec_tokens / 2
 
     # ... and it is a verification row with checks, metrics and the gate's numbers
     v = next(v for v in store.verifications(sid) if v.kind == "eagle3.benchmark")
-    assert v.passed and v.gate == {"min_speedup_c1": 1.05, "min_acceptance_length": 1.5}
+    assert v.passed and v.gate == {"min_speedup_c1": NO_SCHEDULING_MISSES,
+                                   "min_acceptance_length": 1.5}
     # The benchmark's headline, then the gate's lines.
     assert v.verdict.startswith("c=1: ") and "gate passed: speedup_c1 " in v.verdict
-    assert "meets >= 1.05" in v.verdict
+    assert "meets >= 0.001" in v.verdict and "acceptance_length " in v.verdict
     assert {c["name"] for c in v.checks} == {"requests_ok", "spec_decode_metrics",
                                             "spec_counters_consistent",
                                             "baseline_not_speculating"}
@@ -193,19 +216,20 @@ def test_slow_drafter_blocks_on_the_gate_and_a_rerun_restarts_the_servers(world,
         serve("serve_baseline", w, w.base_port, speculative=False),
         serve("serve_spec", w, w.spec_port, extra=("--fake-acceptance", "0.15,0,0")),
         bench(w, ["serve_baseline", "serve_spec"], concurrency=[1], gate={
-            "min_speedup_c1": 1.05}),
+            "min_acceptance_length": 1.5}),
     ])
     r = runner(store, spec)
     assert not r.run().ok
     sid = r.sid
     t = todos(store, sid)["benchmark"]
     assert t.status == "blocked"
-    # The benchmark's own headline numbers first, then what the gate needs.
-    assert "gate failed: c=1: 0." in t.blocked_reason
-    assert "gate needs speedup_c1 ≥ 1.05 (measured 0." in t.blocked_reason
+    # The benchmark's own headline numbers first, then what the gate needs. (A drafter
+    # that accepts 15% is slow, but how slow on the clock depends on the machine's load.)
+    assert re.search(r"gate failed: c=1: \d+\.\d\dx; acceptance length 1\.\d\d",
+                     t.blocked_reason), t.blocked_reason
+    assert "gate needs acceptance_length ≥ 1.5 (measured 1." in t.blocked_reason
     v = store.verifications(sid)[-1]
-    assert not v.passed and v.metrics["speedup_c1"] < 1
-    assert v.metrics["acceptance_length"] < 1.3
+    assert not v.passed and v.metrics["acceptance_length"] < 1.3
     for port in (w.base_port, w.spec_port):
         assert wait_gone(port) == []
     # A person unblocks the benchmark and runs just it: both servers are started first.

@@ -99,6 +99,7 @@ def build(store: Store, name: str = "kimi-k25-eagle3") -> int:
     with store.write(sid, "runner") as tx:
         run = tx.queue_run(todo_id=6, host="gpu", stage="train", attempt=2, ts=at(330),
                            command="python -m pipeline.eagle3.train --epochs 5")
+        _bookkeeping(tx, run.id, 330)
         tx.update_run(run.id, state="running", started_at=at(331), pid=4242,
                       run_dir="/data/eagle3/runs/r8", ts=at(331))
         offset = 0
@@ -116,6 +117,7 @@ def _run(store: Store, sid: int, num: int, stage: str, start: float, end: float,
     with store.write(sid, "runner") as tx:
         tx.update_todo(num, status="in_progress", ts=at(start))
         run = tx.queue_run(todo_id=num, host="gpu", stage=stage, ts=at(start))
+        _bookkeeping(tx, run.id, start)
         tx.update_run(run.id, state="running", started_at=at(start), ts=at(start))
     with store.write(sid, "runner") as tx:
         tx.update_run(run.id, state=state, exit_code=code, ended_at=at(end), ts=at(end))
@@ -145,3 +147,11 @@ def _verify(store: Store, sid: int, num: int, minute: float, *, passed: bool, ve
                      "projected_speedup": speedup, "acceptance_rate": round(
                          sum(per_position) / len(per_position), 3)},
             gate={"min_acceptance_length": 2.0, "min_projected_speedup": 1.1})
+
+
+def _bookkeeping(tx, run_id: int, minute: float) -> None:  # type: ignore[no-untyped-def]
+    """What the runner records about a job before it starts, as harness/runner does."""
+    host = {"name": "gpu", "host": "gpu-container", "port": 22, "user": "root",
+            "workdir": "/data/eagle3", "python": "/opt/venv/bin/python"}
+    tx.update_run(run_id, job={"key": f"5f3a9c1e-r{run_id}", "host": host},
+                  owner="laptop:31337", ts=at(minute))

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from tests.tui.conftest import Campaign
 from tui.app import HarnessApp
 from tui.widgets.board import Board
@@ -70,6 +72,30 @@ def test_replay(snap_compare: Any, campaign: Campaign) -> None:
                                          "left_square_bracket", select=8))
 
 
+SMALL = (80, 24)  # the smallest terminal the TUI is laid out for
+
+
 def test_narrow_terminal(snap_compare: Any, campaign: Campaign) -> None:
     app = campaign.app()
-    assert snap_compare(app, terminal_size=(80, 24), run_before=ready(app, select=9))
+    assert snap_compare(app, terminal_size=SMALL, run_before=ready(app, select=9))
+
+
+def test_small_terminal_verify_todo(snap_compare: Any, campaign: Campaign) -> None:
+    """The blocked verify todo at 80x24: its figures on the board row, its verdict and
+    gate in the Detail tab, Help and Quit in the footer."""
+    app = campaign.app()
+    assert snap_compare(app, terminal_size=SMALL, run_before=ready(app, select=8))
+
+
+def test_small_terminal_verification_tab(snap_compare: Any, campaign: Campaign) -> None:
+    app = campaign.app()
+    assert snap_compare(app, terminal_size=SMALL, run_before=ready(app, "3", select=8))
+
+
+def test_small_terminal_help(snap_compare: Any, campaign: Campaign,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # the help names the config file: the same path on every run
+    monkeypatch.setenv("HARNESS_CONFIG_DIR", "/home/me/.config/todo-harness")
+    app = campaign.app()
+    assert snap_compare(app, terminal_size=SMALL,
+                        run_before=ready(app, "question_mark", select=8))

@@ -73,7 +73,7 @@ class BoardScreen(Screen[None]):
         if previous is not None and previous.session_id != view.session_id:
             board.show({})  # another session (after a fork): start from the top
         with self.app.batch_update():
-            board.show(view.todos)
+            board.show(view.todos, view.figures)
             self.query_one(SessionHeader).show(view, self.harness.clock())
 
     def show_detail(self, view: DetailView) -> None:
@@ -207,6 +207,11 @@ class BoardScreen(Screen[None]):
 
     def action_tab(self, name: str) -> None:
         self.query_one(DetailPane).switch(name)
+
+    def action_toggle_internals(self) -> None:
+        shown = self.query_one(DetailPane).toggle_internals()
+        self.notify("History: runner events shown" if shown else
+                    "History: runner events hidden", markup=False)
 
     def action_help(self) -> None:
         self.harness.show_help(BOARD_KEYS, "The live board")

@@ -12,7 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tui.keys import APP_KEYS, KeyAction, config_path
+from tui.keys import APP_KEYS, MOVEMENT_KEYS, KeyAction, config_path
 
 
 class HelpScreen(ModalScreen[None]):
@@ -36,16 +36,33 @@ class HelpScreen(ModalScreen[None]):
         self._keys = keys  # binding id -> the keys in force (after the keymap)
 
     def compose(self) -> ComposeResult:
+        # A narrow terminal gets two columns: the id goes under what the key does.
+        narrow = self.app.size.width < 110
         table = Table(box=None, padding=(0, 2), header_style="bold", expand=True)
         table.add_column(Text("keys"), no_wrap=True)
-        table.add_column(Text("does"))
-        table.add_column(Text("id (remap in tui.toml)"), no_wrap=True, style="dim")
+        table.add_column(Text("does" + ("  (id, to remap in tui.toml)" if narrow else "")),
+                         ratio=1)
+        if not narrow:
+            table.add_column(Text("id (remap in tui.toml)"), no_wrap=True, style="dim")
+        seen: set[str] = set()
         for a in (*self._actions, *APP_KEYS):
-            table.add_row(self._key_text(self._keys.get(a.id, a.keys)), Text(a.help),
-                          Text(a.id))
-        table.add_row(Text("ctrl+p"), Text("Command palette: every action by name"), Text(""))
+            if a.id in seen:
+                continue
+            seen.add(a.id)
+            keys = self._key_text(self._keys.get(a.id, a.keys), names=not narrow)
+            if narrow:
+                does = Text(a.help)
+                does.append(f"  ({a.id})", style="dim")
+                table.add_row(keys, does)
+            else:
+                table.add_row(keys, Text(a.help), Text(a.id))
+        extra = [*MOVEMENT_KEYS, ("ctrl+p", "Command palette: every action by name")]
+        for keys_text, does_text in extra:
+            cells = [Text(keys_text, style="bold"), Text(does_text)]
+            table.add_row(*cells, *([] if narrow else [Text("")]))
         intro = Text()
         intro.append(f"{self._title}\n", style="bold")
+        intro.append("esc, ? or q closes this help.\n", style="bold")
         intro.append("Keys can be remapped by id in ")
         intro.append(str(config_path()), style="bold")
         intro.append(', e.g.\n  [keys]\n  "todo.done" = "D"\n', style="")
@@ -53,16 +70,16 @@ class HelpScreen(ModalScreen[None]):
             yield Static(intro)
             yield Static(table)
 
-    def _key_text(self, keys: str) -> Text:
+    def _key_text(self, keys: str, *, names: bool = True) -> Text:
         """``left_square_bracket,r`` -> ``[ (left_square_bracket)  r``: what to press, and
-        the name to write in tui.toml where the two differ."""
+        (with ``names``) the name to write in tui.toml where the two differ."""
         out = Text()
         for i, key in enumerate(keys.split(",")):
             shown = self.app.get_key_display(Binding(key, ""))
             if i:
                 out.append("  ")
             out.append(shown, style="bold")
-            if shown.lower() != key.lower():
+            if names and shown.lower() != key.lower():
                 out.append(f" ({key})", style="dim")
         return out
 

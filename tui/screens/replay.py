@@ -58,7 +58,7 @@ class ReplayScreen(Screen[None]):
         if not self._ready:
             return
         with self.app.batch_update():
-            self.query_one(Board).show(view.board.todos)
+            self.query_one(Board).show(view.board.todos, view.board.figures)
             self.query_one(SessionHeader).show(view.board, self.harness.clock())
             self.query_one(DetailPane).show(view.detail, self.harness.clock())
             self.query_one(Timeline).show(view)
@@ -101,6 +101,9 @@ class ReplayScreen(Screen[None]):
 
     def action_tab(self, name: str) -> None:
         self.query_one(DetailPane).switch(name)
+
+    def action_toggle_internals(self) -> None:
+        self.query_one(DetailPane).toggle_internals()
 
     def action_help(self) -> None:
         self.harness.show_help(REPLAY_KEYS, "Replay (read-only)")

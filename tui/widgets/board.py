@@ -29,6 +29,7 @@ from harness.render import BADGE, GLYPH, SECTION, safe_line
 from state.fold import STATUS_GROUP, TodoState, board_key, unmet_dependencies
 
 ORDER: tuple[str, ...] = tuple(sorted(STATUS_GROUP, key=STATUS_GROUP.__getitem__))
+NARROW = 60  # cells for a row's text and extras below which the extras go short
 Row = int | str  # a todo number, or a status for that section's header line
 
 
@@ -66,6 +67,7 @@ class Board(ScrollView, can_focus=True):
         & > .board--stage { color: $text-primary; }
         & > .board--waiting { color: $text-warning; text-style: italic; }
         & > .board--reason { color: $text-error; }
+        & > .board--figures { color: $text-accent; text-style: bold; }
     }
     """
     COMPONENT_CLASSES: ClassVar[set[str]] = {
@@ -73,7 +75,7 @@ class Board(ScrollView, can_focus=True):
         "board--id", "board--in_progress", "board--pending", "board--blocked",
         "board--completed", "board--cancelled", "board--high", "board--medium", "board--low",
         "board--done-text", "board--cancelled-text", "board--stage", "board--waiting",
-        "board--reason",
+        "board--reason", "board--figures",
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up,k", "cursor_up", "Up", show=False),
@@ -99,6 +101,7 @@ class Board(ScrollView, can_focus=True):
         super().__init__(id=id, classes=classes)
         self._todos: dict[int, TodoState] = {}
         self._waits: dict[int, tuple[int, ...]] = {}
+        self._figures: dict[int, str] = {}
         self._counts: dict[str, int] = dict.fromkeys(ORDER, 0)
         self._sections: dict[str, list[tuple[tuple[int, int, float, int], int]]] = {
             s: [] for s in ORDER}
@@ -132,8 +135,10 @@ class Board(ScrollView, can_focus=True):
         return self._strip(row, max(self.scrollable_content_region.width, 80)).text
 
     # -- feeding ---------------------------------------------------------------------------
-    def show(self, todos: Mapping[int, TodoState]) -> None:
+    def show(self, todos: Mapping[int, TodoState],
+             figures: Mapping[int, str] | None = None) -> None:
         """Show this list: redraw changed rows, re-sort, keep the cursor on its todo.
+        ``figures`` are the verification headlines shown on their todos' rows.
 
         TodoStates are replaced, never mutated, when they change, so "changed" is "not the
         same object": a refresh costs a pass over the ids plus the changed rows, and each
@@ -160,6 +165,11 @@ class Board(ScrollView, can_focus=True):
                     insort(self._sections.setdefault(after.status, []),
                            (board_key(after), num))
                 self._strips.pop(num, None)
+        figures = dict(figures or {})
+        for num in set(figures) | set(self._figures):
+            if figures.get(num) != self._figures.get(num):
+                self._strips.pop(num, None)
+        self._figures = figures
         for num in changed:
             if todos[num].depends_on:
                 self._with_deps.add(num)
@@ -350,19 +360,30 @@ class Board(ScrollView, can_focus=True):
             Segment(" "),
         ]
         used = 4 + self._id_width + 4
+        avail = width - used
+        narrow = avail < NARROW
+        # What follows the text, most telling first: the evidence, what it waits on, why
+        # it is blocked, its stage. A narrow board keeps what fits whole, in short forms
+        # (the detail pane has it all).
         extras: list[tuple[str, str]] = []
-        if t.stage:
-            extras.append((safe_line(t.stage, 16), "stage"))
+        figures = self._figures.get(t.num)
+        if figures:
+            extras.append((figures.replace("τ ", "τ").replace("  ", " ") if narrow
+                           else figures, "figures"))
         waits = self._waits.get(t.num)
         if waits:
-            extras.append(("waiting on " + ", ".join(f"t{d}" for d in waits), "waiting"))
-        if t.status == "blocked" and t.blocked_reason:
+            ids = ", ".join(f"t{d}" for d in waits)
+            extras.append((f"⧗ {ids}" if narrow else f"waiting on {ids}", "waiting"))
+        if t.status == "blocked" and t.blocked_reason and not narrow:
             extras.append((safe_line(t.blocked_reason), "reason"))
-        avail = width - used
-        # The text gets at least half the room; the extras share the rest, in order.
-        room = max(avail - max(avail // 2, 16), 0)
+        if t.stage:
+            extras.append((safe_line(t.stage, 16), "stage"))
+        # The text gets at least 3/5 of the room (and 20 cells); the extras the rest.
+        room = max(avail - min(max(avail * 3 // 5, 20), avail), 0)
         tail: list[Segment] = []
         for text, style in extras:
+            if narrow and cell_len(text) + 2 > room:
+                continue  # cut short it says nothing; a later, shorter one may fit
             if room <= 3:
                 break
             piece = fit(text, min(cell_len(text), room - 2))

@@ -16,7 +16,7 @@ from state.fold import Event, RunState
 from tui.text import block, clock, line, run_duration
 from tui.views import DetailView, LogUpdate
 from tui.widgets.logtail import LogTail
-from tui.widgets.verification import VerificationPanel
+from tui.widgets.verification import VerificationPanel, latest_summary
 
 RUN_GLYPH = {"queued": "…", "running": "▶", "succeeded": "✓", "failed": "✗", "cancelled": "⊘",
              "lost": "?"}
@@ -56,43 +56,91 @@ def head(view: DetailView) -> Text:
     return out
 
 
-def runs_table(runs: tuple[RunState, ...], now: datetime) -> Table:
+def runs_table(runs: tuple[RunState, ...], now: datetime, width: int = 100) -> Table:
+    """Newest first; a narrow pane puts each run's reason on a line of its own."""
+    narrow = width < 72
     table = Table.grid(padding=(0, 1))
-    for _ in range(6):
+    for _ in range(2 if narrow else 6):
         table.add_column(no_wrap=True)
-    table.columns[5].no_wrap = False
+    table.columns[-1].no_wrap = False
     for r in reversed(runs):
         code = "" if r.exit_code is None else f"exit {r.exit_code}"
-        table.add_row(Text(f"r{r.id}", style="bold"),
-                      Text(f"{RUN_GLYPH.get(r.state, '?')} {r.state}",
-                           style=RUN_STYLE.get(r.state, "")),
-                      line(r.host, 16), Text(run_duration(r, now)), Text(code),
-                      line(r.reason, 60, style="red") if r.reason
-                      else Text(f"attempt {r.attempt}", style="dim"))
+        state = Text(f"{RUN_GLYPH.get(r.state, '?')} {r.state}",
+                     style=RUN_STYLE.get(r.state, ""))
+        why = line(r.reason, 160 if narrow else 60, style="red") if r.reason \
+            else Text(f"attempt {r.attempt}", style="dim")
+        if narrow:
+            state.append("  ")
+            state.append_text(line(r.host, 16))
+            table.add_row(Text(f"r{r.id}", style="bold"), state)
+            more = Text(" ".join(x for x in (run_duration(r, now), code) if x))
+            if more.plain:
+                more.append("  ")
+            more.append_text(why)
+            table.add_row(Text(""), more)
+        else:
+            table.add_row(Text(f"r{r.id}", style="bold"), state, line(r.host, 16),
+                          Text(run_duration(r, now)), Text(code), why)
     return table
 
 
-def history_table(events: tuple[Event, ...], width: int) -> Table:
+def brief(ev: Event) -> str | None:
+    """What a person needs of an event; None for the runner's own bookkeeping (a job's
+    key, host record, owner, pid, directory: `i` shows it). A run's change of state is
+    kept, in a few words."""
+    if ev.kind != "run.updated":
+        return describe(ev)
+    changes = ev.payload.get("changes", {})
+    if "state" not in changes:
+        return None
+    state = changes["state"][1]
+    text = f"run r{ev.payload.get('run')} {state}"
+    if "pid" in changes and changes["pid"][1] is not None:
+        text += f" (pid {changes['pid'][1]})"
+    if "exit_code" in changes and changes["exit_code"][1] is not None:
+        text += f", exit {changes['exit_code'][1]}"
+    reason = changes.get("reason", [None, None])[1]
+    if reason:
+        text += f": {reason}"
+    return text
+
+
+def history_rows(events: tuple[Event, ...], internals: bool) -> list[tuple[Event, str]]:
+    """Newest first, each with its description; the runner's bookkeeping only when asked."""
+    rows = []
+    for e in reversed(events):
+        text = describe(e) if internals else brief(e)
+        if text is not None:
+            rows.append((e, text))
+    return rows
+
+
+def history_table(events: tuple[Event, ...], width: int, internals: bool = False) -> Table:
     """Newest first: what happened last matters most. A narrow pane puts what happened
     under who and when, so the description keeps a readable width."""
+    rows = history_rows(events, internals)
+    hidden = len(events) - len(rows)
     table = Table.grid(padding=(0, 1), expand=True)
     n_width = max((len(f"#{e.n}") for e in events), default=2)
     table.add_column(no_wrap=True, style="dim", width=n_width)
     if width < 72:
         table.add_column(ratio=1)
-        for e in reversed(events):
+        for e, text in rows:
             who = Text(clock(e.ts)[5:16], style="dim")
             who.append("  ")
             who.append_text(line(e.actor, 24))
             table.add_row(Text(f"#{e.n}"), who)
-            table.add_row(Text(""), Text(describe(e)))
-        return table
-    table.add_column(no_wrap=True, style="dim", width=11)
-    table.add_column(no_wrap=True, max_width=14)
-    table.add_column(ratio=1)
-    for e in reversed(events):
-        table.add_row(Text(f"#{e.n}"), Text(clock(e.ts)[5:16]), line(e.actor, 14),
-                      Text(describe(e)))
+            table.add_row(Text(""), Text(text))
+    else:
+        table.add_column(no_wrap=True, style="dim", width=11)
+        table.add_column(no_wrap=True, max_width=14)
+        table.add_column(ratio=1)
+        for e, text in rows:
+            table.add_row(Text(f"#{e.n}"), Text(clock(e.ts)[5:16]), line(e.actor, 14),
+                          Text(text))
+    if hidden:
+        table.add_row(Text(""), Text(f"{hidden} runner event{'s' if hidden > 1 else ''} "
+                                     "hidden (i shows them)", style="dim italic"))
     return table
 
 
@@ -110,11 +158,14 @@ class DetailPane(Widget):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._view: DetailView | None = None
+        self.internals = False  # the runner's bookkeeping in the history (key i)
 
     def compose(self) -> ComposeResult:
         with TabbedContent(initial="tab-detail"):
             with TabPane("Detail", id="tab-detail"), VerticalScroll(id="detail-scroll"):
                 yield Static(id="detail-head")
+                yield Static("Verification", classes="detail-section", id="check-title")
+                yield Static(id="detail-check")
                 yield Static(id="detail-text")
                 yield Static("Runs", classes="detail-section", id="runs-title")
                 yield Static(id="detail-runs")
@@ -127,9 +178,17 @@ class DetailPane(Widget):
 
     def on_resize(self) -> None:
         # The history's layout depends on the width (see history_table).
+        self._show_history()
+
+    def toggle_internals(self) -> bool:
+        self.internals = not self.internals
+        self._show_history()
+        return self.internals
+
+    def _show_history(self) -> None:
         if self._view is not None and self._view.todo is not None:
             self.query_one("#detail-history", Static).update(
-                history_table(self._view.history, self.size.width))
+                history_table(self._view.history, self.size.width, self.internals))
 
     def show(self, view: DetailView, now: datetime) -> None:
         self._view = view
@@ -141,19 +200,27 @@ class DetailPane(Widget):
                                                   style="dim") if view.live else "")
             for name in ("#detail-runs", "#detail-history"):
                 q(name, Static).update("")
+            self._show_check(None)
         else:
             q("#detail-head", Static).update(head(view))
+            # The newest verdict and its gate come first: they decide the todo's status.
+            self._show_check(latest_summary(view.verifications))
             q("#detail-text", Static).update(block(view.todo.content))
             q("#runs-title", Static).update(f"Runs ({len(view.runs)})")
-            q("#detail-runs", Static).update(runs_table(view.runs, now) if view.runs
-                                             else Text("none", style="dim"))
-            q("#detail-history", Static).update(history_table(view.history, self.size.width))
+            q("#detail-runs", Static).update(runs_table(view.runs, now, self.size.width)
+                                             if view.runs else Text("none", style="dim"))
+            self._show_history()
         tabs.get_tab("tab-verification").label = (f"Verification ({len(view.verifications)})"
                                               if view.verifications else "Verification")
         self.query_one(VerificationPanel).show(view.verifications)
         log = self.query_one(LogTail)
         if not view.live:
             log.show_message("Logs are shown live only; leave replay (esc) to follow them.")
+
+    def _show_check(self, summary: Table | None) -> None:
+        self.query_one("#check-title").display = summary is not None
+        self.query_one("#detail-check", Static).display = summary is not None
+        self.query_one("#detail-check", Static).update(summary or "")
 
     def tail(self, update: LogUpdate, run: RunState | None) -> None:
         self.query_one(LogTail).tail(update, run)

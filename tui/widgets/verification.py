@@ -22,8 +22,10 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from harness.gates import gate_items
+from harness.render import safe_line
 from state.fold import VerificationState
 from tui.text import block, clock, line, number
+from tui.views import verification_figures
 
 BAR_WIDTH = 24
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -79,27 +81,22 @@ def attempt_label(v: VerificationState) -> Text:
     out.append(f"  {clock(v.created_at)[5:16]}", style="dim")
     if v.run_id is not None:
         out.append(f"  r{v.run_id}", style="dim")
-    figures = []
-    if "tau" in v.metrics:
-        figures.append(f"τ {number(v.metrics['tau'])}")
-    if "projected_speedup" in v.metrics:
-        figures.append(f"{number(v.metrics['projected_speedup'])}x")
+    figures = verification_figures(v.metrics)
     out.append("  ")
     if figures:
-        out.append("  ".join(figures))
+        out.append(figures)
     else:
         out.append_text(line(v.verdict, 32))
     return out
 
 
-def report(v: VerificationState) -> Table:
-    """One attempt, all of it, as a renderable."""
+def report(v: VerificationState, width: int = 100) -> Table:
+    """One attempt, all of it, as a renderable (laid out for ``width`` cells)."""
+    compact = width < 60
     out = Table.grid(padding=(0, 1), expand=True)
     out.add_column()
 
-    verdict = Text()
-    verdict.append(" PASSED " if v.passed else " FAILED ",
-                   style="bold white on dark_green" if v.passed else "bold white on red3")
+    verdict = verdict_badge(v)
     verdict.append("  ")
     verdict.append_text(block(v.verdict))
     out.add_row(verdict)
@@ -112,19 +109,13 @@ def report(v: VerificationState) -> Table:
         where.append(f"  sha256 {v.sha256[:12]}")
     out.add_row(where)
 
+    if v.gate:
+        out.add_row(Text("Gate", style="bold"))
+        out.add_row(gate_table(v.gate, v.metrics, compact=compact))
+
     if v.checks:
-        checks = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim",
-                       expand=False, title=None)
-        for name in ("", "check", "measured", "expected", ""):
-            checks.add_column(Text(name), no_wrap=name != "")
-        for c in v.checks:
-            ok = bool(c.get("passed"))
-            checks.add_row(Text("✓" if ok else "✗", style="bold green" if ok else "bold red"),
-                           line(str(c.get("name", "?")), 28),
-                           Text(number(c.get("value"))), Text(number(c.get("expected"))),
-                           line(c.get("message") or "", 60, style="dim"))
         out.add_row(Text("Checks", style="bold"))
-        out.add_row(checks)
+        out.add_row(checks_table(v.checks, compact=compact))
 
     m = v.metrics
     per_pos = m.get("acceptance_per_position")
@@ -157,14 +148,94 @@ def report(v: VerificationState) -> Table:
             more.add_row(line(k, 32), Text(number(val)))
         out.add_row(more)
 
+    return out
+
+
+def verdict_badge(v: VerificationState) -> Text:
+    return Text(" PASSED " if v.passed else " FAILED ",
+                style="bold white on dark_green" if v.passed else "bold white on red3")
+
+
+def gate_table(gate: dict[str, Any], metrics: dict[str, Any], *, compact: bool = False
+               ) -> Table:
+    """Each threshold and what was measured; ``compact``: one wrapping line each, named by
+    its metric (``✗ acceptance_length 1.87, needs ≥ 2``), for a narrow place."""
+    table = Table.grid(padding=(0, 1))
+    if compact:
+        table.add_column()
+        for label, value in gate_rows(gate, metrics):
+            metric = label.plain.removeprefix("min_").removeprefix("max_")
+            text = value.copy()
+            mark = 2 if text.plain[:2] in ("✓ ", "✗ ") else 0
+            text = text[:mark] + Text(f"{metric} ", style="bold") + text[mark:]
+            table.add_row(text)
+        return table
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column()
+    for label, value in gate_rows(gate, metrics):
+        table.add_row(label, value)
+    return table
+
+
+def checks_table(checks: list[dict[str, Any]], *, compact: bool = False) -> Table:
+    """A verdict column, the check's whole name (folded, never cut), what was measured
+    and expected; the check's message under it. ``compact`` puts the figures under the
+    name too, for a narrow place."""
+    if compact:
+        table = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim",
+                      expand=True)
+        table.add_column(Text("verdict"), no_wrap=True)
+        table.add_column(Text("check"), overflow="fold", ratio=1)
+        for c in checks:
+            ok = bool(c.get("passed"))
+            table.add_row(Text("pass" if ok else "FAIL",
+                               style="bold green" if ok else "bold red"),
+                          Text(safe_line(str(c.get("name", "?"))), style="bold"))
+            figures = Text(f"measured {number(c.get('value'))}", style="dim")
+            if c.get("expected") is not None:
+                figures.append(f", expected {number(c.get('expected'))}")
+            table.add_row(Text(""), figures)
+            if c.get("message"):
+                table.add_row(Text(""), line(c["message"], 200, style="dim"))
+        return table
+    table = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim",
+                  expand=True)
+    table.add_column(Text("verdict"), no_wrap=True)
+    longest = max((len(str(c.get("name", "?"))) for c in checks), default=5)
+    table.add_column(Text("check"), overflow="fold", min_width=min(longest, 18), ratio=2)
+    table.add_column(Text("measured"), overflow="fold", ratio=1)
+    table.add_column(Text("expected"), overflow="fold", ratio=1)
+    for c in checks:
+        ok = bool(c.get("passed"))
+        table.add_row(Text("pass" if ok else "FAIL", style="bold green" if ok else "bold red"),
+                      Text(safe_line(str(c.get("name", "?")))),
+                      Text(number(c.get("value"))), Text(number(c.get("expected"))))
+        if c.get("message"):
+            table.add_row(Text(""), line(c["message"], 200, style="dim"))
+    return table
+
+
+def latest_summary(results: tuple[VerificationState, ...]) -> Table | None:
+    """The newest verification in a few lines, for the Detail tab: its verdict and
+    figures, and the gate it was held to (3 shows the whole report)."""
+    if not results:
+        return None
+    v = results[-1]
+    out = Table.grid(padding=(0, 1), expand=True)
+    out.add_column()
+    head = verdict_badge(v)
+    head.append(f"  v{v.id}", style="bold")
+    figures = verification_figures(v.metrics)
+    if figures:
+        head.append(f"  {figures}")
+    if len(results) > 1:
+        head.append(f"  ({len(results)} attempts)", style="dim")
+    out.add_row(head)
     if v.gate:
-        out.add_row(Text("Gate", style="bold"))
-        gate = Table.grid(padding=(0, 1))
-        gate.add_column(style="dim", no_wrap=True)
-        gate.add_column()
-        for label, value in gate_rows(v.gate, m):
-            gate.add_row(label, value)
-        out.add_row(gate)
+        out.add_row(gate_table(v.gate, v.metrics, compact=True))
+    else:
+        out.add_row(line(v.verdict, 200))
+    out.add_row(Text("3 shows the checks and the whole report", style="dim italic"))
     return out
 
 
@@ -173,7 +244,10 @@ class VerificationPanel(Widget):
 
     DEFAULT_CSS = """
     VerificationPanel { height: 1fr; }
-    VerificationPanel OptionList { height: auto; max-height: 5; margin-bottom: 1; }
+    VerificationPanel OptionList {
+        height: auto; max-height: 5; margin-bottom: 1;
+        text-wrap: nowrap; text-overflow: ellipsis;
+    }
     VerificationPanel #verification-empty { color: $text-muted; }
     VerificationPanel VerticalScroll { height: 1fr; }
     """
@@ -236,4 +310,8 @@ class VerificationPanel(Widget):
             self._chosen = int(next(iter(self._results))[1:])
         chosen = self.chosen
         assert chosen is not None
-        target.update(report(chosen))
+        target.update(report(chosen, self.size.width or 100))
+
+    def on_resize(self) -> None:
+        if self._results:
+            self._render_chosen()

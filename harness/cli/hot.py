@@ -1,0 +1,242 @@
+"""The commands an agent runs on every todo change, without click.
+
+``harness todowrite``, ``todoread``, ``next`` and ``hook claude-code|opencode|codex`` are
+fresh processes each time, and a Claude Code hook runs on every todo call: importing
+click, the rest of the CLI and SQLAlchemy cost them most of their time
+(docs/PERFORMANCE.md, "Agent calls"). Here their command lines are read by hand, with the
+global ``--db``/``--session`` anywhere, as click reads them. A line with anything else
+(``--help``, an option or a value this parser does not know, a subcommand such as
+``hook claude-code install``) is not ours: :func:`run` returns None and the click
+application handles it, error messages included. The click commands call the same bodies
+below, so the two routes cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.errors import KNOWN_ERRORS, InputError
+
+FLAG = object()  # an option without a value
+TODOWRITE_FORMATS = ("auto", "opencode", "claude", "codex")
+TODOREAD_FORMATS = ("prompt", "json", "opencode", "claude", "codex")
+
+# command words -> {option: FLAG, or the values it may take (None: any)}
+COMMANDS: dict[tuple[str, ...], dict[str, Any]] = {
+    ("todowrite",): {"--format": TODOWRITE_FORMATS, "--actor": None, "--file": None,
+                     "--no-response-view": FLAG},
+    ("todoread",): {"--format": TODOREAD_FORMATS},
+    ("next",): {"--claim": FLAG, "--actor": None, "--json": FLAG},
+    ("hook", "claude-code"): {"--actor": None},
+    ("hook", "opencode"): {"--actor": None},
+    ("hook", "codex"): {"--actor": None},
+}
+GLOBAL = {"--db": "db", "--session": "session", "-s": "session"}
+
+_open: list[Any] = []  # the Harness this invocation opened, closed by close()
+
+
+def parse(args: list[str]) -> tuple[tuple[str, ...], dict[str, Any]] | None:
+    """(command words, options) if this line is one of ours, exactly; else None."""
+    words: list[str] = []
+    opts: dict[str, Any] = {}
+    spec: dict[str, Any] | None = None
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        i += 1
+        if tok.startswith("-"):
+            name, eq, value = tok.partition("=")
+            if name in GLOBAL or (spec is not None and name in spec):
+                allowed = spec.get(name) if spec is not None and name in spec else None
+                if allowed is FLAG:
+                    if eq:
+                        return None
+                    opts[name] = True
+                    continue
+                if not eq:
+                    if i >= len(args):
+                        return None
+                    value = args[i]
+                    i += 1
+                if allowed is not None and value not in allowed:
+                    return None  # click names the choices
+                opts[GLOBAL.get(name, name)] = value
+                continue
+            return None
+        if spec is not None:
+            return None  # a positional argument after the command: not one of ours
+        words.append(tok)
+        spec = COMMANDS.get(tuple(words))
+        if spec is None and not any(c[: len(words)] == tuple(words) for c in COMMANDS):
+            return None
+    if spec is None:
+        return None
+    return tuple(words), opts
+
+
+def run(args: list[str]) -> int | None:
+    """Run the line if it is one of ours (returns the exit code); None if it is not.
+    ``HARNESS_NO_FAST_PATH=1`` sends every line to click (bench/agent_latency.py compares
+    the two routes)."""
+    if os.environ.get("HARNESS_NO_FAST_PATH") == "1":
+        return None
+    parsed = parse(args)
+    if parsed is None:
+        return None
+    words, opts = parsed
+    db, session = opts.pop("db", None), opts.pop("session", None)
+    if words[0] == "hook":
+        return hook(words[1], db=db, session=session, actor=opts.get("--actor"))
+    h = _harness(db, session)
+    if words == ("todowrite",):
+        todowrite(h, fmt=opts.get("--format", "auto"), actor=opts.get("--actor"),
+                  path=Path(opts["--file"]) if "--file" in opts else None,
+                  no_response_view=bool(opts.get("--no-response-view")))
+    elif words == ("todoread",):
+        todoread(h, opts.get("--format", "prompt"))
+    else:
+        return next_todo(h, claim=bool(opts.get("--claim")), actor=opts.get("--actor"),
+                         as_json=bool(opts.get("--json")))
+    return 0
+
+
+def _harness(db: str | None, session: str | None, *, announce: bool = True,
+             cwd: Path | None = None) -> Any:
+    from harness.context import Harness
+
+    h = Harness(db=db, session=session, announce=announce, cwd=cwd)
+    _open.append(h)
+    return h
+
+
+def close() -> None:
+    """Close what :func:`run` opened (Ctrl-C during the close propagates, once all is
+    closed)."""
+    while _open:
+        _open.pop().close()
+
+
+def out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def note(text: str) -> None:
+    sys.stderr.write(text + "\n")
+
+
+def read_payload(path: Path | None, where: str,
+                 empty: str = "empty payload (expected one JSON object)") -> Any:
+    """One JSON payload from a file or stdin, within the size limit."""
+    from harness import formats
+
+    if path is not None:
+        try:
+            with path.open("rb") as fh:
+                text = formats.read_limited(fh, where)
+        except OSError as exc:
+            raise InputError(f"cannot read ({exc.strerror})", where=where) from None
+    else:
+        text = formats.read_limited(sys.stdin.buffer, where)
+    if not text.strip():
+        raise InputError(empty, where=where)
+    return formats.loads(text, where)
+
+
+# -- the bodies (the click commands call these too) ---------------------------------------
+
+def todowrite(h: Any, *, fmt: str, actor: str | None, path: Path | None,
+              no_response_view: bool) -> None:
+    from harness import formats
+    from harness.agent import agent_actor
+    from harness.agent import todowrite as write_list
+
+    where = str(path) if path else "stdin"
+    write = formats.parse(read_payload(path, where), fmt, where)
+    sid = h.session().id
+    result = write_list(h.store, sid, write, actor=agent_actor(actor, write.caps),
+                        sees_response=not no_response_view)
+    out(json.dumps(result.response(), indent=2, ensure_ascii=False, default=str))
+    for line in result.notes:
+        note(f"note: {line}")
+
+
+def todoread(h: Any, fmt: str) -> None:
+    from harness.agent import todoread as read_list
+
+    sess = h.session()
+    out(read_list(h.store, sess.id, fmt, session_name=sess.name))
+
+
+def next_todo(h: Any, *, claim: bool, actor: str | None, as_json: bool) -> int:
+    """``harness next``: the todo to work on now (claimed, with ``--claim``). Exit 0 with
+    one, 1 when nothing is ready (so scripts can loop on it)."""
+    from harness.claims import next_ready, render_next
+
+    sess = h.session()
+    found = next_ready(h.store, sess.id, claim=claim, actor=actor)
+    text, data = render_next(found, sess.name, claimed=claim)
+    out(json.dumps(data, indent=2, ensure_ascii=False) if as_json else text)
+    return 0 if found.todo is not None else 1
+
+
+def hook(agent: str, *, db: str | None, session: str | None, actor: str | None) -> int:
+    """``harness hook AGENT``: the agent's hook payload on stdin. Never fails the agent:
+    any error is logged to ``<data dir>/logs/hooks.log`` and the hook exits 0."""
+    name = actor or agent
+    name = name if name.startswith("agent:") else f"agent:{name}"
+
+    def body() -> str | None:
+        payload = read_payload(None, f"{agent} hook payload", empty="empty hook payload")
+        if agent in ("claude-code", "codex"):
+            # The project's store is found from the project directory, wherever the agent
+            # runs the hook from.
+            from harness.claude_hooks import project_dir
+
+            where = project_dir(payload) if isinstance(payload, dict) else None
+        if agent == "claude-code":
+            from harness.claude_hooks import handle, session_for
+
+            return handle(payload, _harness(db, session_for(payload, session),
+                                            announce=False, cwd=where), actor=name)
+        if agent == "codex":
+            from harness.codex_hooks import handle as handle_codex
+            from harness.codex_hooks import session_for as codex_session
+
+            return handle_codex(payload, _harness(db, codex_session(payload, session),
+                                                  announce=False, cwd=where), actor=name)
+        from harness.opencode_hooks import handle as handle_opencode
+
+        return handle_opencode(payload, _harness(db, session, announce=False), actor=name)
+
+    try:
+        never_fail(agent, body)
+    finally:
+        try:
+            close()
+        except Exception as exc:  # closing must not fail the agent either
+            from harness.logfile import log
+
+            log("hooks", f"{agent}: closing the store: {exc}")
+    return 0
+
+
+def never_fail(name: str, body: Callable[[], str | None]) -> None:
+    """Run a hook body; print what it returns; on any error log it and carry on."""
+    try:
+        text = body()
+    except Exception as exc:
+        from harness.logfile import log, log_path
+
+        # Our own errors are one line; anything else is a bug, kept with its traceback.
+        where = log("hooks", f"{name}: {exc}", None if isinstance(exc, KNOWN_ERRORS) else exc)
+        note(f"harness hook {name}: {exc} (logged to {where or log_path('hooks')})")
+        return
+    if text:
+        out(text)

@@ -1,0 +1,78 @@
+"""``harness hook codex``: Codex CLI's hooks (``.codex/hooks.json``).
+
+Codex's plan (``update_plan``) does not outlive a compaction. Its hooks give the places
+to put it back:
+
+* ``SessionStart`` (``source`` ``startup``, ``resume``, ``clear`` or ``compact``; Codex
+  queues one with ``compact`` after every compaction): answers with the plan as
+  ``hookSpecificOutput.additionalContext``, which Codex adds to the model's context.
+* ``PreCompact`` / ``PostCompact`` (``trigger`` manual or auto): the cut becomes an
+  ``agent.context`` event in the session's history. Codex accepts no context from these
+  two (their output schema has none), so they print nothing.
+* ``PostToolUse`` of ``update_plan`` (``tool_input`` ``{explanation?, plan}``): merged as
+  ``agent:codex``, as ``harness watch-codex`` would merge it from the rollout (the same
+  call from both changes the list once).
+
+The harness session: ``--session``, else ``HARNESS_SESSION``, else the project directory
+(the payload's ``cwd``), as for Claude Code (:func:`harness.claude_hooks.session_for`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from harness.claude_hooks import SESSION_SOURCES, record_cut
+from harness.claude_hooks import session_for as _claude_session_for
+from harness.context import Harness
+from harness.errors import InputError
+
+ACTOR = "agent:codex"
+RESTORE_TAIL = ("Kept by todo-harness across compactions and restarts; your update_plan "
+                "calls update it. Carry on from here.")
+
+
+def session_for(payload: Any, explicit: str | None = None) -> str | None:
+    # Codex has no shared task list: Claude's CLAUDE_CODE_TASK_LIST_ID is not for it.
+    return _claude_session_for(payload, explicit, list_env=None)
+
+
+def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
+    if not isinstance(payload, Mapping):
+        raise InputError(f"hook payload must be a JSON object, not {type(payload).__name__}")
+    event = payload.get("hook_event_name")
+    if event == "SessionStart":
+        source = payload.get("source")
+        if source in SESSION_SOURCES:
+            record_cut(harness, payload, str(source), actor=actor)
+        return plan_back(harness)
+    if event in ("PreCompact", "PostCompact"):
+        record_cut(harness, payload, "compact", actor=actor, phase=event)
+        return None
+    if event == "PostToolUse" and payload.get("tool_name") == "update_plan":
+        from harness import formats
+        from harness.agent import todowrite
+
+        args = payload.get("tool_input")
+        if isinstance(args, str):
+            args = formats.loads(args, "update_plan tool_input")
+        write = formats.parse(args, "codex", "update_plan tool_input")
+        ref = payload.get("tool_use_id") if isinstance(payload.get("tool_use_id"), str) \
+            else None
+        todowrite(harness.store, harness.session(create=True).id, write, actor=actor,
+                  sees_response=False, ref=ref)
+    return None
+
+
+def plan_back(harness: Harness) -> str | None:
+    from harness.agent import prompt_block
+
+    sess = harness.session(create=True)
+    todos = sorted(harness.store.todos(sess.id), key=lambda t: (t.position, t.num))
+    if not todos:
+        return None
+    block = prompt_block(todos, sess.name, tail=RESTORE_TAIL)
+    return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
+                                              "additionalContext": block}},
+                      ensure_ascii=False)

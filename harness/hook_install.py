@@ -1,0 +1,163 @@
+"""``harness hook claude-code install`` and ``harness hook codex install``: merge the
+harness's hooks into the agent's own hook settings.
+
+Claude Code reads ``.claude/settings.json`` (project) and ``~/.claude/settings.json``
+(user, or ``$CLAUDE_CONFIG_DIR/settings.json``); Codex reads ``.codex/hooks.json`` and
+``$CODEX_HOME/hooks.json`` (default ``~/.codex``). Both keep hooks as ``{"hooks": {EVENT:
+[{"matcher": ..., "hooks": [{"type": "command", "command": ...}]}]}}``.
+
+The merge keeps everything else in the file, in its order. An event that already has a
+command hook running ``harness hook AGENT`` (however it is spelt: a path, a
+``HARNESS_SESSION=...`` prefix) is left as it is; the others get a group of their own
+appended. So installing twice changes nothing, and an older install gains the events it
+lacks. The file is written whole, beside itself and renamed into place.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import InputError, UsageError
+
+# event -> matcher (None: the event takes none, or we want every occurrence)
+CLAUDE_EVENTS: dict[str, str | None] = {
+    "PostToolUse": "TodoWrite|TaskCreate|TaskUpdate",
+    "TaskCreated": None,
+    "TaskCompleted": None,
+    "PreCompact": None,
+    "PostCompact": None,
+    "SessionStart": "startup|resume|clear|compact",
+}
+CODEX_EVENTS: dict[str, str | None] = {
+    "SessionStart": "startup|resume|clear|compact",
+    "PreCompact": None,
+    "PostCompact": None,
+    "PostToolUse": "update_plan",
+}
+AGENTS = {"claude-code": CLAUDE_EVENTS, "codex": CODEX_EVENTS}
+
+
+@dataclass
+class InstallPlan:
+    path: Path
+    before: str | None  # the file as it is (None: it does not exist)
+    after: str
+    events: list[str]  # the events that gain a harness hook
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.events)
+
+    @property
+    def diff(self) -> str:
+        if not self.changed:
+            return ""
+        old = (self.before or "").splitlines(keepends=True)
+        new = self.after.splitlines(keepends=True)
+        name = str(self.path)
+        return "".join(difflib.unified_diff(old, new, fromfile=name if self.before is not None
+                                            else "/dev/null", tofile=name))
+
+    def write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(self.after)
+            if self.path.exists():
+                os.chmod(tmp, self.path.stat().st_mode & 0o777)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def settings_path(agent: str, scope: str, cwd: Path) -> Path:
+    if agent == "claude-code":
+        if scope == "user":
+            base = os.environ.get("CLAUDE_CONFIG_DIR")
+            return (Path(base).expanduser() if base else Path.home() / ".claude") \
+                / "settings.json"
+        return cwd / ".claude" / "settings.json"
+    if scope == "user":
+        home = os.environ.get("CODEX_HOME")
+        return (Path(home).expanduser() if home else Path.home() / ".codex") / "hooks.json"
+    return cwd / ".codex" / "hooks.json"
+
+
+def default_command(agent: str) -> str:
+    """How the agent should run this harness: ``harness`` when that is the one on PATH,
+    else this harness by its full path (a virtualenv the agent's shell does not see)."""
+    here = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    found = shutil.which("harness")
+    if found and here is not None and Path(found).resolve() == here:
+        return f"harness hook {agent}"
+    if here is not None and here.name == "harness" and here.is_file():
+        return f"{shlex.quote(str(here))} hook {agent}"
+    return f"{shlex.quote(sys.executable)} -m harness hook {agent}"
+
+
+def _ours(hook: Any, agent: str) -> bool:
+    return (isinstance(hook, dict) and isinstance(hook.get("command"), str)
+            and re.search(rf"\bhook\s+{re.escape(agent)}\b", hook["command"]) is not None)
+
+
+def install(agent: str, *, scope: str = "project", cwd: Path, command: str | None = None,
+            path: Path | None = None) -> InstallPlan:
+    """What installing the hooks would make of the settings file (write it with
+    :meth:`InstallPlan.write`)."""
+    if agent not in AGENTS:
+        raise UsageError(f"unknown agent {agent!r} (expected {', '.join(AGENTS)})")
+    path = path or settings_path(agent, scope, cwd)
+    where = str(path)
+    try:
+        before: str | None = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        before = None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read ({getattr(exc, 'strerror', None) or exc})",
+                         where=where) from None
+    doc: Any = {}
+    if before is not None and before.strip():
+        try:
+            doc = json.loads(before)
+        except ValueError as exc:
+            raise InputError(f"not valid JSON ({exc}); fix it, then install again",
+                             where=where) from None
+    if not isinstance(doc, dict):
+        raise InputError(f"the settings are a {type(doc).__name__}, not a JSON object",
+                         where=where)
+    hooks = doc.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise InputError("`hooks` is not an object", where=where)
+    cmd = command or default_command(agent)
+    added = []
+    for event, matcher in AGENTS[agent].items():
+        groups = hooks.get(event)
+        if groups is None:
+            groups = hooks[event] = []
+        if not isinstance(groups, list):
+            raise InputError(f"`hooks.{event}` is not a list", where=where)
+        if any(isinstance(g, dict) and isinstance(g.get("hooks"), list)
+               and any(_ours(h, agent) for h in g["hooks"]) for g in groups):
+            continue
+        group: dict[str, Any] = {"matcher": matcher} if matcher else {}
+        group["hooks"] = [{"type": "command", "command": cmd}]
+        groups.append(group)
+        added.append(event)
+    after = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if added else (before or "")
+    notes = []
+    if agent == "codex" and added:
+        notes.append("Codex asks you to review and trust new hooks before it runs them")
+    return InstallPlan(path=path, before=before, after=after, events=added, notes=notes)

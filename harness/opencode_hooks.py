@@ -1,0 +1,50 @@
+"""``harness hook opencode``: events from the opencode plugin in ``examples/opencode-plugin/``.
+
+* ``todo.updated`` (the event, or its properties ``{sessionID, todos}``): the list is
+  merged like any agent write, against what opencode sent (``sees_response`` is False:
+  opencode never reads a plugin's answer).
+* ``session.compacting`` (``{sessionID}``), sent by the plugin from opencode's
+  ``experimental.session.compacting`` hook before it summarises a session: the cut is an
+  ``agent.context`` event in the session's history, and the list is printed, which the
+  plugin puts into the compaction's context, so the summary keeps it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness import formats
+from harness.context import Harness
+from harness.errors import InputError
+
+ACTOR = "agent:opencode"
+RESTORE_TAIL = ("Kept by todo-harness across compactions; keep it in the summary, and "
+                "carry on with it (your todowrite calls update it).")
+
+
+def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
+    if not isinstance(payload, dict):
+        raise InputError(f"opencode event must be a JSON object, not {type(payload).__name__}")
+    kind = payload.get("type")
+    props = payload.get("properties") if isinstance(payload.get("properties"), dict) \
+        else payload
+    if kind == "session.compacting":
+        return compacting(harness, props, actor=actor)
+    from harness.agent import todowrite
+
+    write = formats.parse(props, "opencode", "opencode todo.updated")
+    todowrite(harness.store, harness.session(create=True).id, write, actor=actor,
+              sees_response=False)
+    return None
+
+
+def compacting(harness: Harness, props: dict[str, Any], *, actor: str = ACTOR) -> str | None:
+    from harness.agent import prompt_block
+    from harness.claude_hooks import record_cut
+
+    sid = props.get("sessionID")
+    record_cut(harness, {"session_id": sid if isinstance(sid, str) else ""}, "compact",
+               actor=actor)
+    sess = harness.session(create=True)
+    todos = sorted(harness.store.todos(sess.id), key=lambda t: (t.position, t.num))
+    return prompt_block(todos, sess.name, tail=RESTORE_TAIL) if todos else None

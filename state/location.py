@@ -1,0 +1,56 @@
+"""Where a store is: a path or a database URL, normalised, and shown without its password.
+
+SQLite URLs are read by hand (no SQLAlchemy on the everyday paths); a server URL goes
+through SQLAlchemy's URL parser (:mod:`state.engine`), imported only then.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def normalize_url(target: str) -> str:
+    """A path or an SQLAlchemy URL -> an SQLAlchemy URL."""
+    if target.startswith("sqlite:"):
+        return target
+    if "://" in target:
+        from state.engine import normalize_server_url
+
+        return normalize_server_url(target)
+    if target == ":memory:":
+        return "sqlite://"
+    return "sqlite:///" + str(Path(target).expanduser().resolve())
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None for a memory database or another backend)."""
+    if not is_sqlite(url):
+        return None
+    rest = url.split("://", 1)[1] if "://" in url else ""
+    rest = rest.split("?", 1)[0]
+    if not rest.startswith("/") or rest == "/":
+        return None
+    return Path(rest[1:]) if rest[1:] else None
+
+
+def public_url(url: str) -> str:
+    """The URL with any password masked: safe to print, log, or key a config file by."""
+    if is_sqlite(url):
+        return url
+    from state.engine import mask_password
+
+    return mask_password(url)
+
+
+def display_url(url: str) -> str:
+    """For messages: the file path for SQLite, the URL without password otherwise."""
+    path = sqlite_path(url)
+    if path is not None:
+        return str(path)
+    if is_sqlite(url):
+        return ":memory:"
+    return public_url(url)

@@ -1,0 +1,147 @@
+"""`harness hook claude-code install` and `harness hook codex install`: merged into the
+agent's own settings files, other hooks kept, idempotent, `--dry-run` a diff; and the
+hooks they install run, as the agent would run them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from state.store import Store
+from tests.conftest import DATA, harness_subprocess
+
+THEIRS = {
+    "permissions": {"allow": ["Bash(pytest:*)"]},
+    "hooks": {
+        "PostToolUse": [{"matcher": "Edit|Write",
+                         "hooks": [{"type": "command", "command": "ruff format $FILE"}]}],
+        "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}],
+    },
+}
+
+
+def install(agent: str, cwd: Path, *args: str, home: Path | None = None):
+    env = {"HOME": str(home or cwd / "home"), "CODEX_HOME": str((home or cwd / "home") / ".codex")}
+    return harness_subprocess(["hook", agent, "install", *args], cwd=cwd, env=env)
+
+
+def test_claude_code_install_keeps_other_hooks_and_is_idempotent(tmp_path: Path) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps(THEIRS, indent=4) + "\n")
+    before = settings.read_text()
+    dry = install("claude-code", tmp_path, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    diff = dry.stdout.decode()
+    assert diff.startswith(f"--- {settings}\n+++ {settings}\n")
+    assert '+            "matcher": "TodoWrite|TaskCreate|TaskUpdate",' in diff or \
+        '"TodoWrite|TaskCreate|TaskUpdate"' in diff
+    assert settings.read_text() == before  # a dry run writes nothing
+    r = install("claude-code", tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "added the harness hooks (PostToolUse, TaskCreated, TaskCompleted, PreCompact, " \
+           "PostCompact, SessionStart)" in r.stdout.decode()
+    doc = json.loads(settings.read_text())
+    assert doc["permissions"] == THEIRS["permissions"]
+    hooks = doc["hooks"]
+    assert hooks["Stop"] == THEIRS["hooks"]["Stop"]
+    assert hooks["PostToolUse"][0] == THEIRS["hooks"]["PostToolUse"][0]
+    ours = hooks["PostToolUse"][1]
+    assert ours["matcher"] == "TodoWrite|TaskCreate|TaskUpdate"
+    assert ours["hooks"][0]["type"] == "command"
+    assert ours["hooks"][0]["command"].endswith("hook claude-code")
+    assert hooks["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
+    for event in ("TaskCreated", "TaskCompleted", "PreCompact", "PostCompact"):
+        assert "matcher" not in hooks[event][0]
+    after = settings.read_text()
+    again = install("claude-code", tmp_path)
+    assert again.returncode == 0 and b"already up to date" in again.stdout
+    assert settings.read_text() == after
+    dry = install("claude-code", tmp_path, "--dry-run")
+    assert b"already up to date (nothing to change)" in dry.stdout
+
+
+def test_an_older_install_gains_only_the_events_it_lacks(tmp_path: Path) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    old = {"hooks": {"PostToolUse": [{"matcher": "TodoWrite|TaskCreate|TaskUpdate", "hooks": [
+        {"type": "command", "command": "HARNESS_SESSION=eagle3 harness hook claude-code"}]}]}}
+    settings.write_text(json.dumps(old))
+    r = install("claude-code", tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(settings.read_text())
+    assert doc["hooks"]["PostToolUse"] == old["hooks"]["PostToolUse"]  # left as it was
+    assert set(doc["hooks"]) == {"PostToolUse", "TaskCreated", "TaskCompleted", "PreCompact",
+                                 "PostCompact", "SessionStart"}
+
+
+def test_user_scope_and_a_custom_command(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    r = install("claude-code", tmp_path, "--user", "--command", "harness hook claude-code",
+                home=home)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((home / ".claude" / "settings.json").read_text())
+    assert doc["hooks"]["SessionStart"][0]["hooks"][0]["command"] == "harness hook claude-code"
+    assert not (tmp_path / ".claude").exists()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{not json", "not valid JSON"),
+    ('["a list"]', "not a JSON object"),
+    ('{"hooks": []}', "`hooks` is not an object"),
+])
+def test_a_settings_file_we_cannot_read_is_left_alone(tmp_path: Path, text: str,
+                                                      message: str) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(text)
+    r = install("claude-code", tmp_path)
+    assert r.returncode == 1
+    err = r.stderr.decode()
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert settings.read_text() == text
+
+
+def test_the_installed_hooks_run_as_claude_code_runs_them(tmp_path: Path) -> None:
+    """The command written into settings.json, run by a shell with a recorded payload."""
+    db = tmp_path / "state.db"
+    assert install("claude-code", tmp_path).returncode == 0
+    doc = json.loads((tmp_path / ".claude" / "settings.json").read_text())
+    command = doc["hooks"]["TaskCreated"][0]["hooks"][0]["command"]
+    payload = (DATA / "hooks" / "claude-task-created.json").read_bytes()
+    from tests.conftest import ROOT
+
+    r = subprocess.run(["sh", "-c", command], input=payload, capture_output=True,
+                       timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
+                                        "HARNESS_DB": str(db),
+                                        "HARNESS_DATA_DIR": str(tmp_path / "data")})
+    assert r.returncode == 0 and r.stderr == b"", r.stderr
+    with Store.open(str(db)) as s:
+        row = s.session_by_name("eagle3")
+        assert row is not None
+        assert [t.content for t in s.todos(row.id)] == ["Regenerate 10K samples with <think> kept"]
+
+
+def test_codex_install_writes_hooks_json(tmp_path: Path) -> None:
+    hooks_json = tmp_path / ".codex" / "hooks.json"
+    hooks_json.parent.mkdir()
+    hooks_json.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [
+        {"type": "command", "command": "python3 .codex/hooks/stop.py", "timeout": 30}]}]}}))
+    r = install("codex", tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert "SessionStart, PreCompact, PostCompact, PostToolUse" in out
+    assert "trust" in out  # Codex asks before running new hooks
+    doc = json.loads(hooks_json.read_text())
+    assert doc["hooks"]["Stop"][0]["hooks"][0]["command"] == "python3 .codex/hooks/stop.py"
+    assert doc["hooks"]["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
+    assert doc["hooks"]["PostToolUse"][0]["matcher"] == "update_plan"
+    text = hooks_json.read_text()
+    assert install("codex", tmp_path).returncode == 0
+    assert hooks_json.read_text() == text
+    home = tmp_path / "home"
+    assert install("codex", tmp_path, "--user", home=home).returncode == 0
+    assert (home / ".codex" / "hooks.json").exists()

@@ -1,0 +1,105 @@
+"""What a newcomer sees first: the verify todo's figures on the board, its gate in the
+Detail tab, full check names with a verdict, a history without runner internals, a help
+that says how to move and close, and all of it at 80x24."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from tests.tui.conftest import Campaign
+from tests.tui.test_bindings import select
+from tui.app import HarnessApp
+from tui.screens.help import HelpScreen
+from tui.widgets.board import Board
+from tui.widgets.detail import DetailPane
+
+pytestmark = pytest.mark.anyio
+
+
+def screen_text(app: HarnessApp) -> str:
+    """The screen as plain text, as the terminal shows it."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True,
+                      force_terminal=True, legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(
+        full=True, screen_stack=app._background_screens))
+    return console.export_text()
+
+
+async def shown(app: HarnessApp, pilot: Any, num: int, *keys: str) -> list[str]:
+    await select(app, pilot, num)
+    for key in keys:
+        await pilot.press(key)
+        await app.settled()
+    await pilot.pause()
+    return screen_text(app).splitlines()
+
+
+async def test_80x24_keeps_help_quit_text_and_figures(campaign: Campaign) -> None:
+    app = campaign.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        lines = await shown(app, pilot, 8)
+        footer = lines[23]
+        assert "? Help" in footer and "q Quit" in footer
+        board = app.screen.query_one(Board)
+        row = next(ln.split("▕")[0] for ln in lines if ln.startswith(" ■ t8 "))
+        assert "τ1.87 1.04x" in row  # the verify todo's figures, on its board row
+        text = row.split(" H  ", 1)[1].split("…")[0]
+        assert len(text) >= 20, row  # the todo's text is not cut to 15 cells
+        assert board.selected == 8
+        pane = "\n".join(ln.split("▕", 1)[1] for ln in lines if "▕" in ln)
+        assert "FAILED" in pane and "τ 1.87  1.04x" in pane  # the gate, in the Detail tab
+        assert "✗ acceptance_length 1.87" in pane
+
+
+async def test_the_verification_tab_at_80x24(campaign: Campaign) -> None:
+    app = campaign.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        lines = await shown(app, pilot, 8, "3")
+        pane = [ln.split("▕", 1)[1] for ln in lines if "▕" in ln]
+        attempts = [ln for ln in pane if "v2  11-30" in ln or "v1  11-30" in ln]
+        assert len(attempts) == 2  # one line each: the list does not wrap
+        assert pane.index(next(ln for ln in pane if "Gate" in ln)) < \
+            pane.index(next(ln for ln in pane if "Checks" in ln))
+
+
+async def test_checks_have_a_verdict_and_their_whole_names(campaign: Campaign) -> None:
+    app = campaign.app()
+    async with app.run_test(size=(140, 60)) as pilot:
+        lines = await shown(app, pilot, 8, "3")
+        pane = "\n".join(ln.split("▕", 1)[1] for ln in lines if "▕" in ln)
+        assert "verdict" in pane
+        for name in ("keys_and_shapes", "d2t_present", "acceptance_length",
+                     "projected_speedup"):
+            assert name in pane
+        assert "FAIL     acceptance_length" in pane and "pass     keys_and_shapes" in pane
+
+
+async def test_history_hides_runner_internals_until_asked(campaign: Campaign) -> None:
+    app = campaign.app()
+    async with app.run_test(size=(140, 60)) as pilot:
+        hidden = "\n".join(await shown(app, pilot, 8))
+        assert "job: None ->" not in hidden and "owner:" not in hidden
+        assert "runner events hidden (i shows them)" in hidden
+        assert "run r9 failed" in hidden  # a run's state changes stay, in a few words
+        everything = "\n".join(await shown(app, pilot, 8, "i"))
+        assert app.screen.query_one(DetailPane).internals
+        assert "runner events hidden" not in everything
+
+
+async def test_help_lists_movement_and_how_to_close(campaign: Campaign) -> None:
+    app = campaign.app()
+    async with app.run_test(size=(100, 60)) as pilot:
+        text = "\n".join(await shown(app, pilot, 8, "question_mark"))
+        assert isinstance(app.screen, HelpScreen)
+        assert "esc, ? or q closes this help" in text
+        for keys in ("up  k", "down  j", "pageup  pagedown", "home  g", "end  G"):
+            assert keys in text
+        assert "Show or hide the runner's" in text
+        await pilot.press("q")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
