@@ -35,6 +35,7 @@ from pipeline.eagle3.chat import THINK_OPEN, Prompt, assemble, parse_prompt
 from pipeline.eagle3.common import (
     DTYPES,
     Progress,
+    atomic_write_text,
     config_hash,
     guard_config,
     load_tokenizer,
@@ -99,8 +100,10 @@ def load_prompts(path: Path, limit: int | None) -> list[Prompt]:
     return prompts
 
 
-def existing_ids(out: Path) -> set[str]:
-    """Ids already answered. A torn last line (a crash mid-write) is set aside, not lost."""
+def existing_ids(out: Path, repair: bool = True) -> set[str]:
+    """Ids already answered. A torn last line (a crash mid-write) is set aside, not lost
+    (``repair``; the file is replaced atomically, so a tensor-parallel rank reading it at
+    the same time sees the same answered ids either way)."""
     path = out / SAMPLES
     if not path.exists():
         return set()
@@ -110,13 +113,13 @@ def existing_ids(out: Path) -> set[str]:
             good.append(json.loads(line)) if line.strip() else None
         except json.JSONDecodeError:
             torn.append(line)
-    if torn:
+    if torn and repair:
         qdir = out / "quarantine"
         qdir.mkdir(parents=True, exist_ok=True)
         with (qdir / "torn-lines.txt").open("a", encoding="utf-8") as fh:
             fh.write("\n".join(torn) + "\n")
-        path.write_text("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in good),
-                        encoding="utf-8")
+        atomic_write_text(path, "".join(json.dumps(s, ensure_ascii=False) + "\n"
+                                        for s in good))
         log(f"[generate] set {len(torn)} torn line(s) aside in {qdir / 'torn-lines.txt'}")
     return {str(s.get("id")) for s in good}
 
@@ -147,7 +150,7 @@ def run(args: argparse.Namespace) -> StageResult:
         config_hash(cfg)
     else:
         guard_config(out, cfg, stage=ACTION)
-    done = existing_ids(out)
+    done = existing_ids(out, repair=not tp_follower)
     todo = [p for p in prompts if p.id not in done]
     log(f"[generate] {len(prompts)} prompts, {len(prompts) - len(todo)} already answered, "
         f"{len(todo)} to go ({args.backend})")

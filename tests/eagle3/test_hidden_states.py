@@ -224,26 +224,64 @@ def test_unsorted_aux_layers_are_stored_ascending(tiny_data, tmp_path, capsys):
 
 
 def test_a_slow_disk_is_reported_as_the_bottleneck(tiny_data, tmp_path, monkeypatch, capsys):
-    """Writes made slow on purpose: the forward waits for free buffers, and the stage says
-    the disk is the bottleneck with the measured bandwidth."""
+    """A disk that only takes a batch once the forward is already waiting for a buffer
+    (and then takes 0.5 s): the stage measures the wait and says the disk is the
+    bottleneck, however fast or slow this machine runs the forward."""
+    import threading
     import time
 
     from pipeline.eagle3 import shard_writer
 
-    real = shard_writer.StreamingShard._write_piece
+    waiting = threading.Event()
+    real_write = shard_writer.StreamingShard._write_piece
+    real_buffer = shard_writer.WritePipeline.buffer
+    real_close = shard_writer.WritePipeline.close
 
-    def slow(self, t, at):
-        time.sleep(0.05)
-        real(self, t, at)
+    def slow_write(self, t, at):
+        waiting.wait()
+        time.sleep(0.5)
+        real_write(self, t, at)
 
-    monkeypatch.setattr(shard_writer.StreamingShard, "_write_piece", slow)
+    def buffer(self):
+        if self._free.empty():
+            waiting.set()  # the forward waits now: let the disk go
+        got = real_buffer(self)
+        waiting.clear()
+        return got
+
+    def close(self):
+        waiting.set()
+        shard_writer.StreamingShard._write_piece = real_write
+        real_close(self)
+
+    monkeypatch.setattr(shard_writer.StreamingShard, "_write_piece", slow_write)
+    monkeypatch.setattr(shard_writer.WritePipeline, "buffer", buffer)
+    monkeypatch.setattr(shard_writer.WritePipeline, "close", close)
     res = ok(hidden_states, tmp_path, tokens=tiny_data["tokens"], verifier=tiny_data["verifier"],
              out=tmp_path / "h", limit=60, batch_tokens=512, write_buffers=2, device="cpu",
              dtype="float32")
     m = res.metrics
+    assert m["write_stall_seconds"] >= 0.5 * 5  # at least 5 waits of at least 0.5 s
     assert m["disk_bound"] is True and m["write_stall_share"] > 0.1
     assert m["written_gb"] > 0 and m["write_gb_s"] > 0 and m["write_method"] == "pwrite"
     assert "the disk is the bottleneck" in capsys.readouterr().out
+    assert _same_rows(tmp_path / "h", tiny_data["hidden"], limit=60)
+
+
+def _same_rows(a, b, limit):
+    """The first ``limit`` samples of two hidden-state directories hold the same states (up
+    to the rounding of other batch shapes)."""
+    def by_sample(d):
+        out = {}
+        for info in list_shards(d)[1]:
+            r = ShardReader(info.path)
+            for j, i in enumerate(r.sample_index.tolist()):
+                if i < limit:
+                    out[i] = r.sample(j)["aux"]
+        return out
+
+    x, y = by_sample(a), by_sample(b)
+    return x.keys() == y.keys() and all(torch.allclose(x[k], y[k], atol=1e-5) for k in x)
 
 
 def test_mmap_writes_give_the_same_shards(tiny_data, tmp_path):

@@ -207,3 +207,27 @@ def test_tensor_parallel_hidden_states_under_torchrun(arch_pipeline, arch, tmp_p
         for key in ("aux", "last"):
             torch.testing.assert_close(rb.rows(key, 0, n), ra.rows(key, 0, n), rtol=1e-4,
                                        atol=1e-5)
+
+
+def test_tensor_parallel_generate_under_torchrun(arch_pipeline, tmp_path):
+    """generate --tp-plan auto on two gloo ranks: rank 0 alone writes, the answers are the
+    single process's."""
+    d = arch_pipeline("qwen3")
+    gen = {"prompts": d["prompts"], "verifier": d["verifier"], "samples": 3,
+           "max_new_tokens": 10, "batch_size": 3, "device": "cpu", "expect_reasoning": "no"}
+    ok(generate, tmp_path, out=tmp_path / "one", **gen)
+    from pipeline.actions import params_to_argv
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(30500 + os.getpid() % 1000),
+           "-m", "pipeline.eagle3.generate",
+           *params_to_argv({**gen, "out": tmp_path / "tp", "tp_plan": "auto"}),
+           "--result", str(tmp_path / "r.json")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    one = (tmp_path / "one" / "samples.jsonl").read_text().splitlines()
+    tp = (tmp_path / "tp" / "samples.jsonl").read_text().splitlines()
+    assert len(tp) == 3  # not 6: one rank wrote
+    assert [json.loads(x)["messages"] for x in tp] == [json.loads(x)["messages"] for x in one]
