@@ -213,7 +213,7 @@ def _run_local(args: argparse.Namespace, todo: list[Prompt], out: Path,
                writes: bool = True) -> int:
     import torch
 
-    from pipeline.eagle3.placement import Workload, load_placed
+    from pipeline.eagle3.memory_plan import Workload, load_placed
 
     placement = placement_from_args(args, pick_device(args.device))
     tok = load_tokenizer(Path(args.verifier))

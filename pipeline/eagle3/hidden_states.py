@@ -51,12 +51,8 @@ from pipeline.eagle3.common import (
     verifier_config,
 )
 from pipeline.eagle3.datafiles import read_tokens
-from pipeline.eagle3.placement import (
-    Workload,
-    add_placement_args,
-    load_placed,
-    placement_from_args,
-)
+from pipeline.eagle3.memory_plan import Workload, load_placed
+from pipeline.eagle3.placement import add_placement_args, placement_from_args
 from pipeline.eagle3.shard_writer import WRITE_METHODS, StreamingShard, WritePipeline
 from pipeline.eagle3.shards import INDEX, SHARD_FORMAT, shard_name, validate_shard
 from pipeline.errors import ActionError

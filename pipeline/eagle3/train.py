@@ -249,8 +249,9 @@ def _online_data(args: argparse.Namespace, vcfg: dict[str, Any], dist: Dist):
     """The verifier, placed and loaded here, as the source of every batch's states."""
     from pipeline.eagle3.common import choose_aux_layers
     from pipeline.eagle3.datafiles import read_tokens
+    from pipeline.eagle3.memory_plan import Workload, load_placed
     from pipeline.eagle3.online import OnlineData, offline_bytes
-    from pipeline.eagle3.placement import Workload, load_placed, placement_from_args
+    from pipeline.eagle3.placement import placement_from_args
 
     if args.tokens is None:
         raise ActionError("--online needs --tokens (tokenize's output directory)")

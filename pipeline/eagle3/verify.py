@@ -171,7 +171,8 @@ def _functional(args: argparse.Namespace, checkpoint: Path, layout: Any,
     from pipeline.eagle3.checks_functional import FunctionalSettings, run_functional
     from pipeline.eagle3.common import load_tokenizer, pick_device, pick_dtype
     from pipeline.eagle3.heldout import load_heldout
-    from pipeline.eagle3.placement import Workload, load_placed, placement_from_args
+    from pipeline.eagle3.memory_plan import Workload, load_placed
+    from pipeline.eagle3.placement import placement_from_args
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -23,13 +23,8 @@ import torch
 
 from pipeline.eagle3 import generate, hidden_states, verify
 from pipeline.eagle3.common import pick_device
-from pipeline.eagle3.placement import (
-    Placement,
-    Workload,
-    memory_plan,
-    meta_model,
-    placement_from_args,
-)
+from pipeline.eagle3.memory_plan import Workload, memory_plan
+from pipeline.eagle3.placement import Placement, meta_model, placement_from_args
 from pipeline.eagle3.shards import ShardReader, list_shards
 from pipeline.errors import ActionError
 
