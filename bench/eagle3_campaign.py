@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,14 @@ def stage(module: str, params: dict[str, Any], result: Path, cwd: Path) -> dict[
     out["wall_seconds"] = wall
     out["log"] = proc.stdout[-4000:]
     return out
+
+
+def fresh(path: Path) -> Path:
+    """An empty directory: a section's stages must run, not resume an earlier run's work."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
 
 
 def spec_stage(name: str) -> dict[str, Any]:
@@ -168,7 +177,7 @@ def section_split(args, work: Path, rows: list, record: dict) -> None:
         rows.append({"name": "split", "note": "skipped: run the pipeline section first"})
         return
     weights = sum(f.stat().st_size for f in verifier.glob("*.safetensors"))
-    bench = args.out / "split"
+    bench = fresh(args.out / "split")
     common = {"tokens": tokens, "verifier": verifier, "limit": 400, "validate": False,
               "shard_tokens": 1 << 20}
     if args.tiny:
@@ -232,7 +241,7 @@ def section_online(args, work: Path, peak: float | None, rows: list, record: dic
     params.update(verifier=verifier, vocab=work / "data" / "vocab.safetensors")
     params.pop("online", None)
     params.pop("tokens", None)
-    bench = args.out / "online"
+    bench = fresh(args.out / "online")
     device = "cpu" if args.tiny else "cuda"
     hs = stage("hidden_states", {"tokens": tokens, "verifier": verifier, "out": bench / "hidden",
                                  "device": device, "validate": False},
