@@ -1,18 +1,22 @@
 """One executor interface for running commands and detached jobs on a host.
 
 The same methods work on this machine (:class:`pipeline.local.LocalExecutor`, through
-invoke) and over SSH (:class:`pipeline.ssh.SSHExecutor`, through fabric), in the way
-invoke's ``Context`` and fabric's ``Connection`` share ``.run()``::
+invoke), over SSH (:class:`pipeline.ssh.SSHExecutor`, through fabric) and on a Slurm
+cluster (:class:`pipeline.slurm.SlurmExecutor`, jobs submitted with ``sbatch`` through
+either of the other two), in the way invoke's ``Context`` and fabric's ``Connection`` share
+``.run()``::
 
     with executor_for(pipeline.host_for(stage), pipeline.hosts) as ex:
         handle = ex.start_detached(run_id, stage.command(host, result_path=...), env=...)
         while (status := ex.poll(handle)).state == "running":
             chunk, offset = ex.tail(handle, offset)
 
-Subclasses provide only the transport (:meth:`Executor._shell`, :meth:`Executor._read`,
-``put``, ``get``, ``close``, ``home``); everything about jobs lives here and in
-:mod:`pipeline.jobscripts`, so both hosts behave the same. Importing this module does not
-import fabric.
+Transports provide only :meth:`Executor._shell`, :meth:`Executor._read`, ``put``, ``get``,
+``close`` and ``home``; everything about detached jobs lives here and in
+:mod:`pipeline.jobscripts`, so both hosts behave the same. A scheduler's executor keeps the
+transport of its login node and replaces the job methods (``start_detached``, ``attach``,
+``poll``, ``cancel``). Which class runs a host is named in :mod:`pipeline.registry`.
+Importing this module does not import fabric.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar
 
-from pipeline import jobscripts
+from pipeline import jobscripts, registry
 from pipeline.errors import CommandFailed, CommandTimeout, ExecutorError, JobError
 from pipeline.redact import describe, redact_text, secret_values
 from pipeline.spec import HostSpec
@@ -67,6 +71,13 @@ class JobHandle:
     command: str
     #: True when start_detached found the job already there and did not launch it.
     attached: bool = False
+    #: The scheduler's id for the job (a Slurm job id), when a scheduler runs it.
+    job_id: str | None = None
+
+    @property
+    def ident(self) -> str:
+        """``pid 4242`` or ``slurm job 17``: how people find the job on its host."""
+        return f"slurm job {self.job_id}" if self.job_id else f"pid {self.pid}"
 
     @property
     def log_path(self) -> str:
@@ -85,6 +96,11 @@ class JobStatus:
     state: JobState
     exit_code: int | None = None
     pid: int | None = None
+    #: Why it ended, in the scheduler's words, when that says more than the exit code
+    #: (``Slurm killed job 17 at its time limit (TIMEOUT)``); None otherwise.
+    reason: str | None = None
+    #: The signal that ended it, when the scheduler reports one.
+    signal: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -94,8 +110,18 @@ class JobStatus:
 class Executor(ABC):
     """Runs commands and detached jobs on one host. Use as a context manager to close it."""
 
-    def __init__(self, host: HostSpec):
+    def __init__(self, host: HostSpec, *, notify: Callable[[str], None] | None = None):
         self.host = host
+        self._notify = notify
+        self._noted: set[str] = set()
+
+    def note(self, message: str) -> None:
+        """Tell the person running this, once per message, something about the host that
+        changes how it is driven (e.g. that it has no SFTP)."""
+        if message not in self._noted:
+            self._noted.add(message)
+            if self._notify is not None:
+                self._notify(message)
 
     # --- the transport: what a subclass provides -----------------------------------------
 
@@ -173,7 +199,7 @@ class Executor(ABC):
         :class:`Result`.
         """
         full_env = {**self.host.env, **(env or {})}
-        _check_env(full_env)
+        check_env(full_env)
         where = self.resolve(cwd) if cwd else self.workdir
         lines = [] if cwd else [f"mkdir -p {shlex.quote(where)}"]
         lines.append(f"cd {shlex.quote(where)} || exit 1")
@@ -217,7 +243,7 @@ class Executor(ABC):
             raise TypeError("start_detached takes an argv list; use ['bash', '-c', text]")
         argv = list(argv)
         full_env = {**self.host.env, **(env or {})}
-        _check_env(full_env)
+        check_env(full_env)
         run_dir = self.run_dir(run_id)
         where = self.resolve(cwd) if cwd else self.workdir
         description = describe(argv, env or {}, where)
@@ -317,19 +343,20 @@ class Executor(ABC):
         self.close()
 
 
-def executor_for(host: HostSpec, hosts: Mapping[str, HostSpec] | None = None,
+def executor_for(host: HostSpec, hosts: Mapping[str, HostSpec] | None = None, *,
+                 notify: Callable[[str], None] | None = None, transport: bool = False,
                  **kwargs: Any) -> Executor:
-    """A local or SSH executor for ``host``; ``hosts`` resolves its ``gateway`` by name."""
-    if not host.is_ssh:
-        from pipeline.local import LocalExecutor
+    """The executor registered for ``host``'s kind (:mod:`pipeline.registry`): local, SSH,
+    or a scheduler such as Slurm. ``hosts`` resolves a ``gateway`` by name; ``notify``
+    hears the executor's one-time notes; ``transport`` skips a scheduler and gives the
+    executor of its login node. Each class is imported only when used (fabric only for
+    SSH)."""
+    cls = registry.executor_class(registry.executor_kind(host, transport=transport))
+    return cls(host, hosts=hosts, notify=notify, **kwargs)
 
-        return LocalExecutor(host)
-    from pipeline.ssh import SSHExecutor  # fabric is imported only when SSH is used
 
-    return SSHExecutor(host, hosts=hosts, **kwargs)
-
-
-def _check_env(env: Mapping[str, str]) -> None:
+def check_env(env: Mapping[str, str]) -> None:
+    """Refuse environment names a shell would misread and values that are not text."""
     for key, value in env.items():
         if not _ENV_NAME.fullmatch(key):
             raise ExecutorError(f"bad environment variable name {key!r}")

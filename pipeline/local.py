@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from invoke import Config, Context, Local
@@ -29,8 +29,10 @@ class _InterruptibleLocal(Local):
 
 
 class LocalExecutor(Executor):
-    def __init__(self, host: HostSpec | None = None):
-        super().__init__(host or HostSpec())
+    def __init__(self, host: HostSpec | None = None, *,
+                 hosts: Mapping[str, HostSpec] | None = None,
+                 notify: Callable[[str], None] | None = None):
+        super().__init__(host or HostSpec(), notify=notify)
         self._context = Context(Config(overrides={"runners": {"local": _InterruptibleLocal}}))
 
     @property

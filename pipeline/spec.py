@@ -34,6 +34,7 @@ from pydantic import (
 from pipeline.actions import BUILTIN_ACTIONS, gate_problem, params_to_argv
 from pipeline.durations import parse_duration
 from pipeline.errors import SpecError
+from pipeline.host_checks import check_host
 from pipeline.yamlfile import read_yaml
 
 __all__ = [
@@ -58,8 +59,9 @@ _PRIORITY_ALIASES = {"h": "high", "m": "medium", "l": "low",
 # Stage and host names end up in run ids, CLI flags and `needs`; keep them plain.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SSH_ONLY = ("port", "user", "key", "known_hosts", "insecure_host_key", "gateway",
-             "connect_timeout")
+_SSH_ONLY = ("port", "user", "key", "known_hosts", "insecure_host_key", "host_key",
+             "gateway", "connect_timeout", "ssh_config")
+
 
 
 def _priority(value: object) -> str:
@@ -125,17 +127,41 @@ class HostSpec(_Model):
     """Where a stage runs. An entry with ``host`` is an SSH host; one without is this machine."""
 
     name: StrictStr = LOCAL
+    #: An address, a name, or a ``Host`` alias of the ssh_config (see ``ssh_config``).
     host: StrictStr | None = None
-    port: StrictInt = Field(22, ge=1, le=65535)
+    #: None: the ssh_config's ``Port``, else 22. The same for ``user`` and ``key``: a
+    #: field given here overrides the ssh_config, one left out defers to it.
+    port: StrictInt | None = Field(None, ge=1, le=65535)
     user: StrictStr | None = None
     key: StrictStr | None = None
     known_hosts: StrictStr | None = None
     insecure_host_key: StrictBool = False
+    #: ``check``: refuse an unknown or changed key. ``accept-new``: record a key seen for
+    #: the first time into ``known_hosts`` (which must be named), still refuse a changed one.
+    host_key: Literal["check", "accept-new"] = "check"
+    #: The ssh_config file to read; None reads ~/.ssh/config and /etc/ssh/ssh_config.
+    ssh_config: StrictStr | None = None
     gateway: StrictStr | None = None
     connect_timeout: Duration = 10.0
     workdir: StrictStr | None = None
     python: StrictStr = "python3"
     env: EnvMap = Field(default_factory=dict)
+    #: ``slurm``: stages are batch jobs submitted with sbatch, here or on the login node
+    #: that ``host`` names. The fields below are its resources, for every job of this host.
+    scheduler: StrictStr | None = None
+    partition: StrictStr | None = None
+    account: StrictStr | None = None
+    nodes: StrictInt | None = Field(None, ge=1)
+    #: GPUs per node: a count, or ``type:count`` (``a100:8``); becomes ``--gres=gpu:...``.
+    gpus: StrictInt | StrictStr | None = None
+    cpus: StrictInt | None = Field(None, ge=1)
+    #: Memory per node as Slurm writes it: ``64G``, ``512M``, or a number of megabytes.
+    mem: StrictInt | StrictStr | None = None
+    time: Duration | None = None
+    #: More sbatch flags, as given (``["--qos=high", "--exclusive"]``).
+    sbatch: StrList = Field(default_factory=list)
+    #: How often the one watcher asks the scheduler about all live jobs of this host.
+    scheduler_poll: Duration = 5.0
 
     @property
     def is_ssh(self) -> bool:
@@ -143,11 +169,14 @@ class HostSpec(_Model):
 
     @property
     def label(self) -> str:
-        """``root@gpu-container:22`` for SSH hosts, ``local`` otherwise; for messages."""
+        """``root@gpu-container:22`` for SSH hosts (the port when given), ``local``
+        otherwise, ``gpu16 (slurm via hpc-login)`` for a scheduler; for messages."""
         if not self.is_ssh:
-            return self.name
-        user = f"{self.user}@" if self.user else ""
-        return f"{user}{self.host}:{self.port}"
+            where = self.name
+        else:
+            user = f"{self.user}@" if self.user else ""
+            where = f"{user}{self.host}" + (f":{self.port}" if self.port else "")
+        return f"{self.name} ({self.scheduler} via {where})" if self.scheduler else where
 
 
 MAX_TIMEOUT_SCALE = 1000.0
@@ -190,6 +219,10 @@ class Stage(_Model):
     retries: StrictInt | None = Field(None, ge=0)
     timeout: Duration | None = None
     env: EnvMap = Field(default_factory=dict)
+    #: Shell text that takes the interpreter's place for a built-in action, e.g.
+    #: ``srun ... "$HARNESS_PYTHON" -m torch.distributed.run --nproc-per-node 8`` for
+    #: multi-node training on Slurm; the action's own ``-m module args`` follow it.
+    launcher: StrictStr | None = None
 
     @property
     def params(self) -> dict[str, Any]:
@@ -210,9 +243,12 @@ class Stage(_Model):
         unchanged and only bash parses it.
         """
         if self.action is not None:
-            module = BUILTIN_ACTIONS[self.action]
-            return [host.python, "-m", module, *params_to_argv(self.params),
+            args = ["-m", BUILTIN_ACTIONS[self.action], *params_to_argv(self.params),
                     "--result", result_path]
+            if self.launcher:
+                # the launcher is shell text; the action's argv stays argv ("$@")
+                return ["bash", "-c", f'{self.launcher} "$@"', "launcher", *args]
+            return [host.python, *args]
         if self.run is None:  # load_spec refuses such a stage; a hand-built one may not
             raise SpecError("has neither `action` nor `run`", where=f"stages ({self.name})")
         return ["bash", "-c", self.run]
@@ -344,7 +380,7 @@ def _resolve(p: Pipeline, base_dir: Path) -> None:
     for host in p.hosts.values():
         if host.is_ssh:
             host.workdir = host.workdir or "~"
-            for attr in ("key", "known_hosts"):
+            for attr in ("key", "known_hosts", "ssh_config"):
                 value = getattr(host, attr)
                 if value:
                     resolved = Path(value).expanduser()
@@ -381,6 +417,7 @@ def _check(p: Pipeline, source: str) -> None:
             for field in _SSH_ONLY:
                 if field in host.model_fields_set:
                     fail(f"{at}.{field}", f"`{field}` is for SSH hosts; add `host:` or drop it")
+        check_host(host, at, fail)
         _check_env(host.env, f"{at}.env", fail)
         if host.gateway is not None:
             if host.gateway not in p.hosts:
@@ -417,6 +454,9 @@ def _check(p: Pipeline, source: str) -> None:
             fail(at, "needs `action` (a built-in action) or `run` (a shell command)")
         if stage.with_ is not None and stage.action is None:
             fail(f"{at}.with", "`with` gives parameters to an `action`; this stage has none")
+        if stage.launcher is not None and (stage.action is None or not stage.launcher.strip()):
+            fail(f"{at}.launcher", "`launcher` starts a built-in `action` (a `run:` command "
+                                   "starts itself); give an action, or drop it")
         if stage.action is not None and stage.action not in BUILTIN_ACTIONS:
             fail(f"{at}.action",
                  f"unknown action {stage.action!r}{_suggest(stage.action, BUILTIN_ACTIONS)}")

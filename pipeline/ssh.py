@@ -1,9 +1,10 @@
 """The executor for an SSH host, through fabric's ``Connection`` (paramiko underneath).
 
-Key auth with the host entry's ``key``; host keys checked against ``known_hosts`` with a
-reject policy unless the entry says ``insecure_host_key: true``; a jump host through
-``gateway`` (another SSH entry, opened as a ProxyJump-style direct-tcpip channel); fabric
-still reads ``~/.ssh/config``, so aliases and ProxyJump written there keep working.
+How the connection is built (the user's ssh_config, the entry's overrides, a ``gateway``
+entry or ``ProxyJump`` hops, host keys on every hop) is :mod:`pipeline.ssh_config` and
+:mod:`pipeline.hostkeys`. Files go over SFTP; a host that refuses SFTP gets them over exec
+channels instead (:mod:`pipeline.transfer`, sha256 checked on both ends), and the run's
+output says so once. The home directory is always found over an exec channel.
 
 fabric never sees an ``env=``: it would paste values into the command unquoted. The
 environment travels as quoted ``export`` lines built by :class:`pipeline.executor.Executor`.
@@ -12,7 +13,6 @@ environment travels as quoted ``export`` lines built by :class:`pipeline.executo
 from __future__ import annotations
 
 import math
-import os
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -23,9 +23,12 @@ import paramiko
 from fabric import Connection
 from invoke.exceptions import CommandTimedOut, ThreadException
 
+from pipeline import transfer
 from pipeline.errors import CommandTimeout, ExecutorError, HostUnreachable
 from pipeline.executor import Executor, Result
+from pipeline.hostkeys import UnknownHostKey, changed_key_message
 from pipeline.spec import HostSpec
+from pipeline.ssh_config import Route, make_route
 
 __all__ = ["SSHExecutor"]
 
@@ -49,35 +52,27 @@ def _still_up(conn: Connection) -> bool:
     return transport.is_active()
 
 
-class _UnknownHostKey(paramiko.SSHException):
-    pass
-
-
-class _RejectUnknown(paramiko.RejectPolicy):
-    """RejectPolicy, but with an error we can tell apart from other SSH failures."""
-
-    def __init__(self, known_hosts: str):
-        self.known_hosts = known_hosts
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
-                         key: paramiko.PKey) -> None:
-        raise _UnknownHostKey(f"{hostname} is not in {self.known_hosts}")
+_HOME_MARK = "HARNESS_HOME="
 
 
 class SSHExecutor(Executor):
     """Runs commands and jobs on ``host`` over one SSH connection, reopened when it drops."""
 
     def __init__(self, host: HostSpec, *, hosts: Mapping[str, HostSpec] | None = None,
-                 reconnect_budget: float = 60.0):
+                 notify: Callable[[str], None] | None = None, reconnect_budget: float = 60.0):
         if not host.is_ssh:
             raise ExecutorError(f"{host.name} is not an SSH host (no `host:`)")
-        super().__init__(host)
+        super().__init__(host, notify=notify)
         self._hosts = dict(hosts or {})
         #: How long poll/tail/cancel/start_detached keep reconnecting after a drop.
         self.reconnect_budget = reconnect_budget
         self._conn: Connection | None = None
+        self._route: Route | None = None
         self._home: str | None = None
         self._ever_connected = False
+        #: None until first asked; False once the host has refused SFTP (it will not change
+        #: its mind while we run, so it is not asked again after a reconnect).
+        self.has_sftp: bool | None = None
 
     # --- connection ----------------------------------------------------------------------
 
@@ -86,16 +81,17 @@ class SSHExecutor(Executor):
         if self._conn is not None and self._conn.is_connected:
             return self._conn
         self._drop()
-        conn = _make_connection(self.host, self._hosts, [])
+        route = make_route(self.host, self._hosts)
+        conn = route.conn
         try:
             conn.open()
         except Exception as exc:
             _close(conn)
-            raise _unreachable(exc, self.host, self._hosts) from None
+            raise _unreachable(exc, self.host, self._hosts, route) from None
         if conn.transport is not None:
             # Notice a silently dead network within a minute instead of hanging on it.
             conn.transport.set_keepalive(15)
-        self._conn = conn
+        self._conn, self._route = conn, route
         self._ever_connected = True
         return conn
 
@@ -141,16 +137,18 @@ class SSHExecutor(Executor):
     # --- transport -----------------------------------------------------------------------
 
     def home(self) -> str:
+        """The login directory, from ``pwd`` on an exec channel (the shell starts there):
+        what SFTP's ``normalize('.')`` said, on hosts with or without SFTP."""
         if self._home is None:
-            def ask() -> str:
-                try:
-                    return self._connection().sftp().normalize(".")
-                except _DROPS as exc:
-                    if self._conn is not None and _still_up(self._conn):
-                        raise ExecutorError(f"cannot find the home directory: {exc}",
-                                            where=self.host.name) from None
-                    raise self._lost(exc) from None
-            self._home = self.with_reconnect(ask)
+            code, out, err = self.with_reconnect(
+                lambda: self._shell(f"printf '\\n{_HOME_MARK}%s\\n' \"$(pwd -P)\"", 60))
+            found = [ln[len(_HOME_MARK):] for ln in out.splitlines()
+                     if ln.startswith(_HOME_MARK)]
+            if code != 0 or not found or not found[-1].startswith("/"):
+                raise ExecutorError(f"cannot find the home directory: exit {code}: "
+                                    f"{' '.join((err or out).split())[:200]}",
+                                    where=self.host.name)
+            self._home = found[-1]
         return self._home
 
     def _shell(self, script: str, timeout: float | None) -> tuple[int, str, str]:
@@ -172,10 +170,47 @@ class SSHExecutor(Executor):
             raise self._lost(EOFError("channel closed without an exit status"))
         return r.exited, r.stdout, r.stderr
 
+    def _sftp(self, conn: Connection) -> paramiko.SFTPClient | None:
+        """The connection's SFTP client, or None on a host that refuses SFTP."""
+        if self.has_sftp is False:
+            return None
+        try:
+            client = conn.sftp()
+        except _DROPS as exc:
+            if not _still_up(conn):
+                raise self._lost(exc) from None
+            self.has_sftp = False
+            self.note(f"{self.host.label} offers no SFTP ({' '.join(str(exc).split())}): "
+                      "files go over exec channels (cat), sha256 checked on both ends")
+            return None
+        self.has_sftp = True
+        return client
+
+    def _transfer(self, conn: Connection, what: str, fn: Callable[[paramiko.Transport], T]
+                  ) -> T:
+        """Run an exec-channel transfer; a dead link is a lost connection, anything else
+        an ExecutorError naming ``what``."""
+        try:
+            return fn(conn.client.get_transport())
+        except FileNotFoundError:
+            raise
+        except transfer.TransferError as exc:
+            if not _still_up(conn):
+                raise self._lost(exc) from None
+            raise ExecutorError(f"{what}: {exc}", where=self.host.name) from None
+        except _DROPS as exc:
+            if _still_up(conn):
+                raise ExecutorError(f"{what}: {exc}", where=self.host.name) from None
+            raise self._lost(exc) from None
+
     def _read(self, path: str, offset: int, limit: int) -> bytes:
         conn = self._connection()
+        sftp = self._sftp(conn)
+        if sftp is None:
+            return self._transfer(conn, f"cannot read {path}",
+                                  lambda t: transfer.read_range(t, path, offset, limit))
         try:
-            with conn.sftp().open(path, "rb") as fh:
+            with sftp.open(path, "rb") as fh:
                 fh.seek(offset)
                 return fh.read(limit)
         except FileNotFoundError:
@@ -187,8 +222,12 @@ class SSHExecutor(Executor):
 
     def put(self, local: str | Path, remote: str) -> str:
         target = self.resolve(remote)
-        self.run(["mkdir", "-p", str(PurePosixPath(target).parent)], cwd="/")
         conn = self._connection()
+        if self._sftp(conn) is None:
+            self._transfer(conn, f"cannot put {local} to {target}",
+                           lambda t: transfer.put_file(t, local, target))
+            return target
+        self.run(["mkdir", "-p", str(PurePosixPath(target).parent)], cwd="/")
         try:
             conn.put(str(local), target)
         except _DROPS as exc:
@@ -202,6 +241,14 @@ class SSHExecutor(Executor):
         source = self.resolve(remote)
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         conn = self._connection()
+        if self._sftp(conn) is None:
+            try:
+                self._transfer(conn, f"cannot get {source}",
+                               lambda t: transfer.get_file(t, source, local))
+            except FileNotFoundError:
+                raise ExecutorError(f"cannot get {source}: no such file",
+                                    where=self.host.name) from None
+            return Path(local)
         try:
             conn.get(source, str(local))
         except _DROPS as exc:
@@ -209,40 +256,6 @@ class SSHExecutor(Executor):
                 raise ExecutorError(f"cannot get {source}: {exc}", where=self.host.name) from None
             raise self._lost(exc) from None
         return Path(local)
-
-
-def _make_connection(spec: HostSpec, hosts: Mapping[str, HostSpec],
-                     seen: list[str]) -> Connection:
-    gateway = None
-    if spec.gateway:
-        if spec.gateway in seen or spec.gateway not in hosts:
-            raise HostUnreachable(f"bad gateway {spec.gateway!r} for {spec.name}",
-                                  where=spec.name, retryable=False)
-        gateway = _make_connection(hosts[spec.gateway], hosts, [*seen, spec.name])
-    timeout = max(1, math.ceil(spec.connect_timeout))
-    kwargs: dict[str, object] = {"banner_timeout": timeout, "auth_timeout": timeout}
-    if spec.key:
-        if not os.path.isfile(spec.key):
-            raise HostUnreachable(f"key file {spec.key} does not exist", where=spec.name,
-                                  retryable=False)
-        # Only the configured key: an agent or ~/.ssh keys would make auth depend on
-        # whoever happens to run the harness.
-        kwargs.update(key_filename=[spec.key], look_for_keys=False, allow_agent=False)
-    conn = Connection(spec.host, user=spec.user, port=spec.port, connect_timeout=timeout,
-                      connect_kwargs=kwargs, gateway=gateway)
-    client = conn.client
-    if spec.insecure_host_key:
-        # accept whatever key the host shows, and remember nothing
-        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-    else:
-        known = spec.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
-        if os.path.exists(known):
-            client.get_host_keys().load(known)
-        elif spec.known_hosts:
-            raise HostUnreachable(f"known_hosts file {known} does not exist", where=spec.name,
-                                  retryable=False)
-        client.set_missing_host_key_policy(_RejectUnknown(known))
-    return conn
 
 
 def _close(conn: Connection) -> None:
@@ -254,23 +267,28 @@ def _close(conn: Connection) -> None:
         pass
 
 
-def _unreachable(exc: BaseException, spec: HostSpec,
-                 hosts: Mapping[str, HostSpec]) -> HostUnreachable:
+def _unreachable(exc: BaseException, spec: HostSpec, hosts: Mapping[str, HostSpec],
+                 route: Route | None = None) -> HostUnreachable:
     """One line saying why ``spec`` cannot be reached, and whether waiting could help."""
     if isinstance(exc, HostUnreachable):
         return exc
-    via = f" via {hosts[spec.gateway].label}" if spec.gateway in hosts else ""
+    via = f" via {hosts[spec.gateway].label}" if spec.gateway in hosts else \
+        (route.via if route else "")
     head = f"cannot connect to {spec.label}{via}"
     retryable = True
     if isinstance(exc, paramiko.BadHostKeyException):
-        known = spec.known_hosts or "~/.ssh/known_hosts"
-        reason = (f"host key does not match {known} (got {exc.key.get_name()} "
-                  f"{exc.key.fingerprint}); if the host was rebuilt, update known_hosts, "
-                  f"or set insecure_host_key: true")
+        hop = route.hop_for(exc.hostname) if route else None
+        name = hop.name if hop else exc.hostname
+        reason = changed_key_message(exc, name, hop.files if hop else [])
         retryable = False
-    elif isinstance(exc, _UnknownHostKey):
-        reason = (f"host key unknown: {exc}; add it (ssh-keyscan -p {spec.port} {spec.host}) "
-                  f"or set insecure_host_key: true")
+    elif isinstance(exc, UnknownHostKey):
+        hop = route.hop_for(exc.hostname.strip("[").split("]")[0]) if route else None
+        port = hop.conn.port if hop else 22
+        host = hop.conn.host if hop else exc.hostname
+        reason = (f"host key unknown: {exc}; add it (ssh-keyscan -p {port} {host} >> "
+                  f"{exc.files[0] if exc.files else '~/.ssh/known_hosts'}), set "
+                  f"host_key: accept-new to record it on first use, or set "
+                  f"insecure_host_key: true")
         retryable = False
     elif isinstance(exc, paramiko.AuthenticationException):
         key = f" with key {spec.key}" if spec.key else ""

@@ -24,7 +24,19 @@ import pytest
 
 from state.store import Store
 from tests import pg
-from tests.sshd import ssh_host, sshd  # noqa: F401  (real-sshd fixtures, re-exported)
+from tests.slurm import (  # noqa: F401  (real-Slurm fixtures, re-exported)
+    slurm,
+    slurm_cluster,
+    slurm_host,
+    slurm_login,
+)
+from tests.sshd import (  # noqa: F401  (real-sshd fixtures, re-exported)
+    any_ssh_host,
+    any_sshd,
+    ssh_host,
+    sshd,
+    sshd_no_sftp,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -83,6 +95,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # ty
     if _pg_failure:
         terminalreporter.write_sep("!", "PostgreSQL tests were SKIPPED", red=True, bold=True)
         terminalreporter.write_line(_pg_failure[0], red=True)
+    from tests.slurm import FAILURE as slurm_failure
+
+    if slurm_failure:
+        terminalreporter.write_sep("!", "Slurm tests were SKIPPED", red=True, bold=True)
+        terminalreporter.write_line(slurm_failure[0], red=True)
 
 
 @pytest.fixture(autouse=True)

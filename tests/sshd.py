@@ -1,9 +1,12 @@
-"""A real OpenSSH server on 127.0.0.1 for tests, with its own host and user keys.
+"""A real OpenSSH server on a loopback address for tests, with its own host and user keys.
 
 ``SSHServer`` runs ``/usr/sbin/sshd -D`` from a temporary directory: host key, user key,
 ``authorized_keys``, ``known_hosts``, config, pid file and log all live there, so it needs
 no system setup and works as root (CI) or as a normal user (then it can only log in as that
-user). The fixtures at the bottom are imported by ``tests/conftest.py``.
+user). ``sftp=False`` leaves out the ``Subsystem sftp`` line, as on the GPU rental proxies
+and minimal containers that offer exec channels only; ``address`` picks another loopback
+address (127.0.0.2, ...), so a jump host and its target are two addresses, as fabric needs.
+The fixtures at the bottom are imported by ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ class SSHDUnavailable(RuntimeError):
     pass
 
 
-def free_port() -> int:
+def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return int(s.getsockname()[1])
 
 
@@ -69,12 +72,15 @@ def _descendants(root: int) -> list[int]:
 
 
 class SSHServer:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, *, sftp: bool = True, address: str = "127.0.0.1",
+                 set_env: dict[str, str] | None = None, log_level: str = "VERBOSE"):
         if not (os.path.exists(SSHD) and os.path.exists(SSH_KEYGEN)):
             raise SSHDUnavailable(f"need {SSHD} and ssh-keygen (Debian: openssh-server)")
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.address = address
+        self.sftp = sftp
+        self.port = free_port(address)
         self.user = getpass.getuser()
         self.host_key = root / "ssh_host_ed25519_key"
         self.user_key = root / "id_ed25519"
@@ -86,11 +92,12 @@ class SSHServer:
         host_pub = keygen(self.host_key)
         user_pub = keygen(self.user_key)
         (root / "authorized_keys").write_text(user_pub + "\n")
-        self.host_key_line = f"[127.0.0.1]:{self.port} {' '.join(host_pub.split()[:2])}"
+        self.host_key_line = f"[{address}]:{self.port} {' '.join(host_pub.split()[:2])}"
         self.known_hosts.write_text(self.host_key_line + "\n")
+        env = {"HOME": str(self.home), **(set_env or {})}
         lines = [
             f"Port {self.port}",
-            "ListenAddress 127.0.0.1",
+            f"ListenAddress {address}",
             f"HostKey {self.host_key}",
             f"PidFile {root / 'sshd.pid'}",
             f"AuthorizedKeysFile {root / 'authorized_keys'}",
@@ -101,16 +108,16 @@ class SSHServer:
             "KbdInteractiveAuthentication no",
             "PermitRootLogin prohibit-password",
             "AllowTcpForwarding yes",
-            "Subsystem sftp internal-sftp",
+            *(["Subsystem sftp internal-sftp"] if sftp else []),
             "MaxStartups 100:30:200",
             "MaxSessions 50",
             "PrintMotd no",
-            "LogLevel VERBOSE",
+            f"LogLevel {log_level}",
             # Sessions get a fresh, empty home: a test host must not run this machine's
             # own shell profile (here root's ~/.bashrc runs `pyenv rehash`, whose lock file
             # is left behind whenever a test kills a shell mid-rehash, and then every later
             # login waits 60 s for it).
-            f"SetEnv HOME={self.home}",
+            "SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()),
         ]
         if _sshd_version() >= (9, 8):
             # refused connections in the tests would otherwise get 127.0.0.1 penalised
@@ -131,7 +138,7 @@ class SSHServer:
                 raise SSHDUnavailable(f"sshd exited with {self.proc.returncode}: "
                                       f"{' '.join((err + self.log_text()).split())[-500:]}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                with socket.create_connection((self.address, self.port), timeout=1) as s:
                     if s.recv(64).startswith(b"SSH-"):
                         return
             except OSError:
@@ -167,9 +174,13 @@ class SSHServer:
         except OSError:
             return ""
 
+    def processes(self) -> list[int]:
+        """The listener and every process below it (one sshd per connection, its shells)."""
+        return [self.proc.pid, *_descendants(self.proc.pid)] if self.proc else []
+
     def host_spec(self, name: str = "sshd", **fields: object) -> HostSpec:
         values: dict[str, object] = {
-            "name": name, "host": "127.0.0.1", "port": self.port, "user": self.user,
+            "name": name, "host": self.address, "port": self.port, "user": self.user,
             "key": str(self.user_key), "known_hosts": str(self.known_hosts),
             "python": sys.executable, "connect_timeout": 5.0,
         }
@@ -177,11 +188,10 @@ class SSHServer:
         return HostSpec.model_validate(values)
 
 
-@pytest.fixture(scope="session")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
-    """A running sshd for the whole session; skips (loudly) if one cannot be started."""
+def started(root: Path, **options: object) -> Iterator[SSHServer]:
+    """Start an SSHServer for a fixture; skip (loudly) if it cannot start; stop it after."""
     try:
-        server = SSHServer(tmp_path_factory.mktemp("sshd"))
+        server = SSHServer(root, **options)  # type: ignore[arg-type]
         server.start()
     except (SSHDUnavailable, OSError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"!!! SSH TESTS SKIPPED: a real sshd could not be started: {exc}")
@@ -191,9 +201,37 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
+    """A running sshd for the whole session; skips (loudly) if one cannot be started."""
+    yield from started(tmp_path_factory.mktemp("sshd"))
+
+
+@pytest.fixture(scope="session")
+def sshd_no_sftp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
+    """A running sshd without the ``Subsystem sftp`` line: exec channels only."""
+    yield from started(tmp_path_factory.mktemp("sshd-no-sftp"), sftp=False)
+
+
+@pytest.fixture(params=["sftp", "no-sftp"])
+def any_sshd(request: pytest.FixtureRequest) -> SSHServer:
+    """Each test that takes it runs twice: against an sshd with SFTP and one without."""
+    server: SSHServer = request.getfixturevalue("sshd" if request.param == "sftp"
+                                                else "sshd_no_sftp")
+    if server.proc is None or server.proc.poll() is not None:
+        server.start()  # a test that stopped it and failed before restarting
+    return server
+
+
 @pytest.fixture
 def ssh_host(sshd: SSHServer, tmp_path: Path) -> HostSpec:
     """An SSH host entry for the test sshd, with its own workdir under ``tmp_path``."""
     if sshd.proc is None or sshd.proc.poll() is not None:
         sshd.start()  # a test that stopped it and failed before restarting
     return sshd.host_spec(workdir=str(tmp_path / "remote"))
+
+
+@pytest.fixture
+def any_ssh_host(any_sshd: SSHServer, tmp_path: Path) -> HostSpec:
+    """``ssh_host`` for each of ``any_sshd``'s servers: with SFTP, then without."""
+    return any_sshd.host_spec(workdir=str(tmp_path / "remote"))

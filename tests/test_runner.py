@@ -148,8 +148,8 @@ def test_reprioritisation_mid_run_is_honoured(tmp_path: Path, store: Store) -> N
     assert by_stage(store, sid)["second"].status == "cancelled"
 
 
-def test_two_host_pipeline_over_real_ssh(tmp_path: Path, store: Store, ssh_host) -> None:
-    remote = ssh_entry(ssh_host)
+def test_two_host_pipeline_over_real_ssh(tmp_path: Path, store: Store, any_ssh_host) -> None:
+    remote = ssh_entry(any_ssh_host)
     spec = write_spec(tmp_path / "p.yaml", hosts={
         "local": {"workdir": str(tmp_path / "work")}, "gpu": remote}, stages=[
         {"name": "prepare", "run": "echo local > where.txt; hostname > host.txt"},
@@ -231,8 +231,10 @@ def test_job_lost_when_its_process_vanishes(tmp_path: Path, db_path: Path) -> No
     store.close()
 
 
-def test_ssh_server_restarted_mid_job(tmp_path: Path, store: Store, sshd, ssh_host) -> None:
-    spec = write_spec(tmp_path / "p.yaml", hosts={"gpu": ssh_entry(ssh_host)},
+def test_ssh_server_restarted_mid_job(tmp_path: Path, store: Store, any_sshd,
+                                      any_ssh_host) -> None:
+    sshd = any_sshd
+    spec = write_spec(tmp_path / "p.yaml", hosts={"gpu": ssh_entry(any_ssh_host)},
                       defaults={"host": "gpu"}, stages=[
         {"name": "train", "run": "for i in 1 2 3 4 5 6 7 8; do echo step $i; sleep 0.4; "
                                  "done; echo trained"}])
@@ -248,6 +250,51 @@ def test_ssh_server_restarted_mid_job(tmp_path: Path, store: Store, sshd, ssh_ho
     assert (run.state, run.exit_code) == ("succeeded", 0), runner.lines
     log, _ = store.log(run.id)
     assert log.splitlines() == [f"step {i}" for i in range(1, 9)] + ["trained"]
+
+
+def test_two_hosts_runner_killed_and_sshd_restarted_mid_job(tmp_path: Path, db_path: Path,
+                                                           any_sshd, any_ssh_host) -> None:
+    """The runner dies by SIGKILL while a remote stage runs, the host's sshd restarts, a
+    new runner resumes: the job was launched once, its log and exit code are complete, and
+    the stage after it runs. With and without SFTP on the host."""
+    remote = ssh_entry(any_ssh_host)
+    counter = Path(remote["workdir"]) / "launches"
+    spec = write_spec(tmp_path / "p.yaml", hosts={
+        "local": {"workdir": str(tmp_path / "work")}, "gpu": remote}, stages=[
+        {"name": "prepare", "run": "echo prepared"},
+        {"name": "long", "host": "gpu", "needs": ["prepare"],
+         "run": "echo launch >> launches; for i in 1 2 3 4 5 6 7 8; do echo tick $i; "
+                "sleep 0.4; done; echo finished; exit 0"},
+        {"name": "after", "needs": ["long"], "run": "echo after"},
+    ])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_DB": str(db_path)}
+    first = subprocess.Popen([*RUN_CLI, str(spec)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+    store = Store.open(str(db_path))
+    deadline = time.monotonic() + 60
+    while not (counter.exists() and len(store.runs()) == 2
+               and store.log(2)[0].count("tick") >= 1):
+        assert time.monotonic() < deadline and first.poll() is None, first.communicate(5)
+        time.sleep(0.05)
+    os.kill(first.pid, signal.SIGKILL)
+    first_out = first.communicate(timeout=10)[0].decode()
+    any_sshd.restart(down_for=0.5)
+    _sid, run = store.run(2)
+    assert run.state == "running" and run.host == "gpu"
+    second = subprocess.run([*RUN_CLI, str(spec)], env=env, capture_output=True, timeout=120)
+    out = second.stdout.decode()
+    assert second.returncode == 0, second.stderr.decode() + out
+    assert "re-attached to r2" in out
+    assert counter.read_text() == "launch\n"  # launched once, across two runners
+    _sid, run = store.run(2)
+    assert (run.state, run.exit_code) == ("succeeded", 0)
+    log, _ = store.log(2)
+    assert log == "".join(f"tick {i}\n" for i in range(1, 9)) + "finished\n"
+    assert [(r.stage, r.state) for r in store.runs()] == [
+        ("prepare", "succeeded"), ("long", "succeeded"), ("after", "succeeded")]
+    said = out.count("offers no SFTP") + first_out.count("offers no SFTP")
+    assert said == (0 if any_sshd.sftp else 2), first_out + out  # once in each run's output
+    store.close()
 
 
 def test_cancel_from_another_process(tmp_path: Path, db_path: Path) -> None:

@@ -70,7 +70,9 @@ class Supervisor:
 
     def executor(self, host: HostSpec) -> Executor:
         if host.name not in self._executors:
-            self._executors[host.name] = executor_for(host, self.spec.hosts)
+            # What an executor learns about its host (no SFTP, say) is said once, here.
+            self._executors[host.name] = executor_for(
+                host, self.spec.hosts, notify=lambda m, name=host.name: self.out(f"[{name}] {m}"))
         return self._executors[host.name]
 
     def close(self) -> None:
@@ -100,18 +102,22 @@ class Supervisor:
                             f"could not start on {host.label}: {exc}")
         how = "re-attached to" if handle.attached else "started"
         self.out(f"[{stage.name}] t{todo} {how} r{run.id} on {host.label} "
-                 f"(attempt {run.attempt}, pid {handle.pid})")
+                 f"(attempt {run.attempt}, {handle.ident})")
         with self.store.write(self.sid, RUNNER) as tx:
+            # A scheduler's job id goes on the run in the same write that says it runs.
+            job = {**run.job, "job_id": handle.job_id} if run.job and handle.job_id \
+                else run.job
             tx.update_run(run.id, state="running", pid=handle.pid, run_dir=handle.run_dir,
-                          command=handle.command, code_hash=code_hash,
+                          command=handle.command, code_hash=code_hash, job=job,
                           started_at=run.started_at or utcnow())
         return self.watch(stage, todo, run.id, ex, handle)
 
     def _code(self, ex: Executor, host: HostSpec, env: dict[str, str]
               ) -> tuple[str, dict[str, str]]:
         """Built-in actions run the harness's own ``pipeline`` package: shipped to SSH hosts
-        (only when the host lacks this content hash); used in place locally."""
-        if not host.is_ssh:
+        and clusters (only when the host lacks this content hash; a queued batch job must
+        not pick up edits made after it was submitted); used in place locally."""
+        if not host.is_ssh and not host.scheduler:
             digest = self._shipped.get(host.name) or package_hash()
             self._shipped[host.name] = digest
             root = str(Path(__file__).resolve().parents[2])
@@ -223,16 +229,19 @@ class Supervisor:
     def _conclude(self, stage: Stage, todo: int, run_id: int, ex: Executor,
                   handle: JobHandle, status: JobStatus) -> Outcome:
         if status.state == "lost":
-            return self.end(stage, todo, run_id, "lost", None,
+            return self.end(stage, todo, run_id, "lost", None, status.reason or
                             "job lost: its process vanished without an exit code "
                             "(host rebooted, or the process was killed)")
         result = self._result(ex, handle) if stage.is_builtin else None
         if status.state == "cancelled":
             return self.end(stage, todo, run_id, "cancelled", status.exit_code,
-                            f"run r{run_id} was cancelled" + _partial(result), result)
-        if status.exit_code != 0 and not checks_failed_alone(result):
+                            (status.reason or f"run r{run_id} was cancelled")
+                            + _partial(result), result)
+        if status.reason or ((status.state == "failed" or status.exit_code != 0)
+                             and not checks_failed_alone(result)):
             last = self._last_error_line(run_id)
-            why = f"exit code {status.exit_code}"
+            # A scheduler's own reason (time limit, out of memory) leads: it is the cause.
+            why = status.reason or f"exit code {status.exit_code}"
             if result is not None and result.error:
                 why += f": {result.error}"
             elif last:
@@ -315,6 +324,10 @@ class Supervisor:
         stage = self.spec.stage(run.stage) if run.stage in {s.name for s in self.spec.stages} \
             else None
         host = HostSpec(**run.job["host"]) if run.job else None
+        if host is not None and host.name in self.spec.hosts:
+            # The record keeps no env (it may hold secrets); the spec's entry has it, and a
+            # login node may need it (PATH to squeue, SLURM_CONF).
+            host = host.model_copy(update={"env": self.spec.hosts[host.name].env})
         if stage is None or host is None or run.todo_id is None:
             return self._settle_unknown(run, host)
         key = run.job["key"] if run.job else job_key(self.store, run.id)
@@ -332,7 +345,7 @@ class Supervisor:
                 outcome = self.end(stage, run.todo_id, run.id, "lost", None,
                                    "job lost: its run directory is gone from the host")
         else:
-            self.out(f"[{stage.name}] re-attached to r{run.id} (pid {handle.pid}), left by "
+            self.out(f"[{stage.name}] re-attached to r{run.id} ({handle.ident}), left by "
                      "a runner that stopped")
             outcome = self.watch(stage, run.todo_id, run.id, ex, handle)
         self.finish_todo(run.todo_id, outcome)

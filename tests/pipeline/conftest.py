@@ -14,9 +14,11 @@ from pipeline.spec import HostSpec
 MakeExecutor = Callable[[], Executor]
 
 
-@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.ssh)])
+@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.ssh),
+                        pytest.param("ssh-no-sftp", marks=pytest.mark.ssh)])
 def make_executor(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeExecutor]:
-    """A factory of fresh executors for one host (a new one = a restarted harness)."""
+    """A factory of fresh executors for one host (a new one = a restarted harness): this
+    machine, a real sshd, and a real sshd without SFTP (files over exec channels)."""
     made: list[Executor] = []
     if request.param == "local":
         from pipeline.local import LocalExecutor
@@ -29,7 +31,10 @@ def make_executor(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ma
     else:
         from pipeline.ssh import SSHExecutor
 
-        ssh_host = request.getfixturevalue("ssh_host")
+        server = request.getfixturevalue("sshd" if request.param == "ssh" else "sshd_no_sftp")
+        if server.proc is None or server.proc.poll() is not None:
+            server.start()
+        ssh_host = server.host_spec(workdir=str(tmp_path / "remote"))
 
         def make() -> Executor:
             made.append(SSHExecutor(ssh_host, reconnect_budget=20))

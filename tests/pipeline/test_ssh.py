@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import HostUnreachable
+from pipeline.errors import ExecutorError, HostUnreachable
 from pipeline.executor import executor_for
 from pipeline.spec import HostSpec
 from pipeline.ssh import SSHExecutor
@@ -36,7 +36,8 @@ def test_wrong_host_key_is_refused_unless_insecure(sshd: SSHServer, ssh_host: Ho
         ex.run(["true"])
     err = info.value
     assert err.exit_code == 3 and not err.retryable and "\n" not in str(err)
-    assert "host key does not match" in err.message and str(wrong) in err.message
+    assert f"host key for [127.0.0.1]:{sshd.port} changed" in err.message
+    assert str(wrong) in err.message
     insecure = host.model_copy(update={"insecure_host_key": True})
     with SSHExecutor(insecure) as ex:
         assert ex.run(["echo", "trusted anyway"]).stdout == "trusted anyway\n"
@@ -109,24 +110,68 @@ def test_reconnect_gives_up_after_its_budget(sshd: SSHServer, ssh_host: HostSpec
 
 
 @pytest.mark.slow
-def test_put_and_get_50_mb_with_checksum(ssh_host: HostSpec, tmp_path: Path) -> None:
+def test_put_and_get_50_mb_with_checksum(any_ssh_host: HostSpec, tmp_path: Path) -> None:
     src = tmp_path / "big.bin"
     with src.open("wb") as fh:
         for _ in range(50):
             fh.write(os.urandom(1 << 20))
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
-    with SSHExecutor(ssh_host) as ex:
+    with SSHExecutor(any_ssh_host) as ex:
         remote = ex.put(src, "data/big.bin")
         assert ex.run(["sha256sum", remote]).stdout.split()[0] == digest
         back = ex.get(remote, tmp_path / "back.bin")
     assert back.stat().st_size == 50 << 20
     assert hashlib.sha256(back.read_bytes()).hexdigest() == digest
+    assert sorted(p.name for p in Path(remote).parent.iterdir()) == ["big.bin"]
 
 
-def test_home_and_tilde_workdir(sshd: SSHServer) -> None:
-    with SSHExecutor(sshd.host_spec(workdir="~")) as ex:
+def test_home_and_tilde_workdir(any_sshd: SSHServer) -> None:
+    with SSHExecutor(any_sshd.host_spec(workdir="~")) as ex:
         assert ex.workdir == ex.home() == os.path.expanduser("~")
         assert ex.resolve("~/x") == os.path.join(ex.home(), "x")
+
+
+def test_no_sftp_is_said_once_and_files_still_move(sshd_no_sftp: SSHServer,
+                                                   tmp_path: Path) -> None:
+    notes: list[str] = []
+    host = sshd_no_sftp.host_spec(workdir=str(tmp_path / "remote"))
+    with SSHExecutor(host, notify=notes.append) as ex:
+        assert ex.home() == os.path.expanduser("~")  # found over an exec channel
+        src = tmp_path / "a.bin"
+        src.write_bytes(bytes(range(256)) * 1000 + b"\r\n\x00tail")
+        remote = ex.put(src, "in/a.bin")
+        assert Path(remote).read_bytes() == src.read_bytes()
+        assert ex.read_bytes("in/a.bin") == src.read_bytes()
+        assert ex.get("in/a.bin", tmp_path / "back" / "a.bin").read_bytes() == src.read_bytes()
+        with pytest.raises(ExecutorError, match="no such file"):
+            ex.read_bytes("in/nothing")
+        assert ex.has_sftp is False
+    assert len(notes) == 1 and f"{host.label} offers no SFTP" in notes[0]
+    assert "sha256 checked on both ends" in notes[0]
+
+
+def test_no_sftp_upload_with_a_wrong_checksum_lands_nowhere(tmp_path: Path) -> None:
+    """The host's sha256sum disagrees with what was sent: the upload fails with the hash
+    that was sent and leaves nothing at the target, not even a partial file."""
+    liar = tmp_path / "bin"
+    liar.mkdir()
+    (liar / "sha256sum").write_text("#!/bin/sh\necho 0000000000000000  \"$1\"\n")
+    (liar / "sha256sum").chmod(0o755)
+    server = SSHServer(tmp_path / "sshd", sftp=False,
+                       set_env={"PATH": f"{liar}:/usr/local/bin:/usr/bin:/bin"})
+    server.start()
+    try:
+        src = tmp_path / "a.bin"
+        src.write_bytes(os.urandom(4096))
+        with SSHExecutor(server.host_spec(workdir=str(tmp_path / "remote"))) as ex:
+            with pytest.raises(ExecutorError, match="sent sha256") as info:
+                ex.put(src, "in/a.bin")
+            target = Path(ex.resolve("in/a.bin"))
+    finally:
+        server.stop()
+    assert hashlib.sha256(src.read_bytes()).hexdigest() in info.value.message
+    assert "sha256 0000000000000000" in info.value.message and "\n" not in str(info.value)
+    assert list(target.parent.iterdir()) == []
 
 
 def test_run_reconnects_on_the_next_call_after_a_drop(ssh_host: HostSpec) -> None:
