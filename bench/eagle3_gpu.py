@@ -6,16 +6,23 @@ Every figure is measured in the same run against its own baseline:
 - ``matmul``: a bf16 8192^3 matrix product, the ceiling MFU is quoted against;
 - ``extract``: a Llama-3.2-1B-shaped verifier (random weights, bf16, sdpa) over B x S random
   tokens: the body's plain forward, then the stage's capture (hooks, gather, copy to pinned
-  memory on a side stream) and the stage's whole ``extract`` (the same plus writing shards);
-  overhead is against the plain forward of the same batches;
+  memory on a side stream) and the stage's whole ``extract`` (the same plus writing shards,
+  with each write method, to disk and to /dev/shm; the writer's own bandwidth and the share
+  of time the forward waited for it come from the stage's measurements); overhead is
+  against the plain forward of the same batches;
 - ``train``: one drafter training step at the EAGLE-3 shape (H 2048, draft vocab 32k,
   target vocab 128k) with the stage's own ``TTTLoss``: bf16 autocast, fused AdamW, fp32 loss;
   MFU counts the FLOPs the step must do (trainable layers x3, the frozen lm_head x2 since
   it needs no weight gradient, the target logits x1, causal attention) over the matmul rate;
 - ``loader``: reading training batches back from the shards ``extract`` wrote;
+- ``online``: offline (extract writing shards, then training steps on batches read back)
+  against online (the verifier's capture feeding each training step) on the same batches,
+  tokens/s end to end for one epoch, and the epoch count from which offline's one-time
+  extraction pays for itself;
 - ``ddp``: the training step under DDP on every visible GPU (``torchrun``), tokens/s summed.
 
-    python bench/eagle3_gpu.py [--out DIR] [--tiny] [--sections matmul,extract,train,loader,ddp]
+    python bench/eagle3_gpu.py [--out DIR] [--tiny]
+                               [--sections matmul,extract,train,loader,online,ddp]
 
 ``--tiny`` runs small shapes on the CPU: a smoke test of this script, not a measurement.
 """
@@ -163,7 +170,8 @@ def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir:
            "loss_mask": torch.ones(tokens, dtype=torch.uint8), "path": workdir / "tokens"}
     n_samples = batch * iters
     plan = [(0, n_samples)]
-    args = SimpleNamespace(batch_tokens=batch * seq, max_batch_size=batch, verifier="bench")
+    args = SimpleNamespace(batch_tokens=batch * seq, max_batch_size=batch, verifier="bench",
+                           write_method="pwrite", write_buffers=4)
     shape = f"{'tiny' if tiny else 'Llama-3.2-1B'} B={batch} S={seq} x{iters}"
     rows = [
         {"name": "extract: plain forward", "config": shape, "ms": t_plain * 1e3 / iters,
@@ -173,15 +181,16 @@ def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir:
          "overhead": t_capture / t_plain - 1}]
     from pipeline.eagle3.shards import INDEX, SHARD_FORMAT
 
-    for target in targets:
+    for target, method in [(t, m) for t in targets for m in ("pwrite", "mmap")]:
         out = target / "hidden"
         out.mkdir(parents=True, exist_ok=True)
+        args.write_method = method
         extract(model, tok, plan, [0], aux_layers, out, "bench", device, dtype, args,
                 on_shard=lambda i: None)  # warm-up (allocations, first file)
         sync(device)
         t0 = time.perf_counter()
-        extract(model, tok, plan, [0], aux_layers, out, "bench", device, dtype, args,
-                on_shard=lambda i: None)
+        stats = extract(model, tok, plan, [0], aux_layers, out, "bench", device, dtype, args,
+                        on_shard=lambda i: None)
         sync(device)
         t_extract = time.perf_counter() - t0
         size = (out / "shard-00000.safetensors").stat().st_size
@@ -191,10 +200,12 @@ def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir:
                                                "sample_start": 0, "num_samples": n_samples,
                                                "tokens": tokens}]}))
         where = "memory" if str(target).startswith("/dev/shm") else "disk"
-        rows.append({"name": f"extract: stage extract() + shards to {where}",
+        rows.append({"name": f"extract: stage extract() + shards to {where} ({method})",
                      "config": shape, "ms": t_extract * 1e3 / iters,
                      "tokens_s": tokens / t_extract, "overhead": t_extract / t_plain - 1,
-                     "note": f"{size / 1e9:.2f} GB written, {size / t_extract / 1e9:.1f} GB/s"})
+                     "note": f"{size / 1e9:.2f} GB, {size / t_extract / 1e9:.1f} GB/s end to "
+                             f"end; writer {stats.get('write_gb_s') or 0:.1f} GB/s, forward "
+                             f"waited {stats.get('write_stall_share') or 0:.0%}"})
     return rows
 
 
@@ -310,6 +321,78 @@ def bench_train(device, tiny: bool, batch: int, seq: int, variants: list, peak: 
     return rows
 
 
+def bench_online(device, tiny: bool, batch: int, seq: int, iters: int, workdir: Path) -> list:
+    """Offline (the stage's extract() writing shards, then training steps on batches read
+    back from them) against online (the verifier's capture feeding each training step), on
+    the same random batches, one epoch; tokens/s end to end."""
+    from pipeline.eagle3.hidden_states import Capture, default_aux_layers, extract
+    from pipeline.eagle3.shards import INDEX, SHARD_FORMAT
+    from pipeline.eagle3.train_data import TrainData
+
+    cfg = TINY if tiny else LLAMA_1B
+    dtype = torch.float32 if tiny else torch.bfloat16
+    model = make_verifier(cfg, device, dtype)
+    hidden = cfg["hidden_size"]
+    aux_layers = default_aux_layers(cfg["num_hidden_layers"])
+    g = torch.Generator().manual_seed(3)
+    batches = [torch.randint(0, cfg["vocab_size"], (batch, seq), generator=g)
+               for _ in range(iters)]
+    tokens = batch * seq * iters
+    train, _ = make_trainer(tiny, 3, device, "sdpa", True, blocks=not tiny)
+    mask = torch.ones(batch, seq, dtype=torch.uint8, device=device)
+    capture = Capture(model, aux_layers, out_device=device)
+
+    def online_epoch():
+        for b in batches:
+            ids = b.to(device)
+            with torch.no_grad():
+                aux, last = capture(ids)
+            train(torch.cat(aux, -1), last, ids, mask)
+        sync(device)
+
+    online_epoch()  # warm-up: compiles, allocations
+    t0 = time.perf_counter()
+    online_epoch()
+    t_on = time.perf_counter() - t0
+    capture.remove()
+
+    out = workdir / "online-bench"
+    out.mkdir(parents=True, exist_ok=True)
+    flat = torch.cat([b.flatten() for b in batches])
+    tok = {"offsets": torch.arange(0, tokens + 1, seq, dtype=torch.int64),
+           "input_ids": flat.to(torch.int32), "loss_mask": torch.ones(tokens, dtype=torch.uint8),
+           "path": workdir / "tokens"}
+    args = SimpleNamespace(batch_tokens=batch * seq, max_batch_size=batch, verifier="bench",
+                           write_method="pwrite", write_buffers=4)
+    sync(device)
+    t0 = time.perf_counter()
+    stats = extract(model, tok, [(0, batch * iters)], [0], aux_layers, out, "bench", device,
+                    dtype, args, on_shard=lambda i: None)
+    (out / INDEX).write_text(json.dumps({
+        "format": SHARD_FORMAT, "config_hash": "bench", "aux_layers": aux_layers,
+        "hidden_size": hidden, "shards": [{"file": "shard-00000.safetensors", "sample_start": 0,
+                                           "num_samples": batch * iters, "tokens": tokens}]}))
+    t_extract = time.perf_counter() - t0
+    data = TrainData(out, seed=0, holdout=0.0, max_length=seq)
+    t0 = time.perf_counter()
+    for batch_ids in data.epoch_batches(0, batch, batch * seq):
+        b = data.load(batch_ids, pin=device.type == "cuda").to(device)
+        train(b.aux, b.last, b.input_ids, b.loss_mask)
+    sync(device)
+    t_train = time.perf_counter() - t0
+    shape = f"{'tiny' if tiny else 'Llama-3.2-1B'} B={batch} S={seq} x{iters}"
+    gap = t_on - t_train
+    epochs = f"offline wins from {t_extract / gap:.1f} epochs on" if gap > 0 else \
+        "online is faster at any epoch count"
+    return [
+        {"name": "online: capture + train step, 1 epoch", "config": shape,
+         "ms": t_on * 1e3 / iters, "tokens_s": tokens / t_on, "note": "no shards"},
+        {"name": "offline: extract + train on shards, 1 epoch", "config": shape,
+         "ms": (t_extract + t_train) * 1e3 / iters, "tokens_s": tokens / (t_extract + t_train),
+         "note": f"extract {t_extract:.1f}s ({stats.get('written_gb')} GB at "
+                 f"{stats.get('write_gb_s')} GB/s) + train {t_train:.1f}s; {epochs}"}]
+
+
 def bench_loader(workdir: Path, seq: int) -> list:
     from pipeline.eagle3.train_data import Prefetcher, TrainData
 
@@ -394,7 +477,7 @@ def print_table(rows: list, peak: float | None) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tiny", action="store_true")
-    p.add_argument("--sections", default="matmul,extract,train,loader,ddp")
+    p.add_argument("--sections", default="matmul,extract,train,loader,online,ddp")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--batch", type=int, default=8, help="extraction batch")
     p.add_argument("--seq", type=int, default=2048)
@@ -458,6 +541,9 @@ def main(argv=None) -> int:
                        r["name"].startswith(f"train step ttt={args.ttt} attn={args.ddp_attn}")),
                       None)
         print(train_rows, flush=True)
+        save()
+    if "online" in sections:
+        rows += bench_online(device, args.tiny, args.train_batch, args.seq, args.iters, workdir)
         save()
     if "loader" in sections and (workdir / "hidden").exists():
         rows += bench_loader(workdir, args.seq)

@@ -9,8 +9,11 @@ of wall times and verdicts, and the drafter's held-out per-position accuracy.
 
     python scripts/eagle3_tiny.py [--spec examples/eagle3-tiny.yaml] [--workdir DIR]
                                   [--from STAGE] [--fresh] [--device cuda]
+                                  [--set STAGE.KEY=VALUE ...] [--report FILE]
 
 ``--fresh`` renames an existing workdir aside (``DIR.old-<time>``) rather than deleting it.
+``--set`` overrides one ``with:`` parameter (the value is YAML: ``--set train.epochs=1``);
+``--report`` writes the stage table as JSON (``bench/eagle3_campaign.py`` reads it).
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="move an existing workdir aside first")
     parser.add_argument("--device", default=None,
                         help="override every stage's `device` parameter (e.g. cuda)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="STAGE.KEY=VALUE", help="override one stage parameter")
+    parser.add_argument("--report", type=Path, default=None,
+                        help="write the per-stage seconds and verdicts here (JSON)")
     args = parser.parse_args(argv)
 
     spec = yaml.safe_load(args.spec.read_text())
@@ -68,6 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         HARNESS_PYTHON=sys.executable)
 
     stages = ordered(spec["stages"])
+    for item in args.overrides:
+        target, sep, value = item.partition("=")
+        stage_name, dot, key = target.partition(".")
+        match = [s for s in stages if s["name"] == stage_name]
+        if not sep or not dot or not match:
+            raise SystemExit(f"--set {item!r}: expected STAGE.KEY=VALUE with a stage of the "
+                             f"spec ({', '.join(s['name'] for s in stages)})")
+        match[0].setdefault("with", {})[key] = yaml.safe_load(value)
     if args.start:
         names = [s["name"] for s in stages]
         if args.start not in names:
@@ -104,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, dt, ok, summary in rows:
         print(f"{name:<14} {dt:8.1f}  {'yes' if ok else 'NO':<4} {summary}")
     print(f"{'total':<14} {total:8.1f}")
+    if args.report:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps({
+            "spec": str(args.spec), "workdir": str(workdir), "total_seconds": round(total, 2),
+            "stages": [{"name": n, "seconds": round(dt, 2), "ok": ok, "summary": summary}
+                       for n, dt, ok, summary in rows]}, indent=2))
     train = workdir / "results" / "train.json"
     if train.exists():
         metrics = json.loads(train.read_text())["metrics"]

@@ -17,6 +17,7 @@ from harness.runner.deadline import stage_timeout
 from harness.runner.plan import plan_run
 from harness.runner.scheduler import check_overrides, stage_host, stage_scope
 from pipeline.durations import format_duration, parse_duration
+from pipeline.eagle3.disk_estimate import estimates as disk_estimates
 from pipeline.params import check_params
 from pipeline.redact import redact_text
 from pipeline.spec import Pipeline, load_spec, parse_scale
@@ -39,12 +40,15 @@ def parse_run_id(text: str) -> int:
 @click.argument("spec_path", metavar="PIPELINE.yaml", type=SPEC)
 @click.option("--json", "as_json", is_flag=True, help="Print the validated spec as JSON.")
 def check(spec_path: Path, as_json: bool) -> None:
-    """Validate a pipeline spec without running anything."""
+    """Validate a pipeline spec without running anything; say how much disk the offline
+    hidden states of its data would take."""
     spec = load_spec(spec_path)
     unchecked = check_params(spec, str(spec_path))
+    disk = disk_estimates(spec)
     if as_json:
         emit_json({**spec.model_dump(mode="json", by_alias=True),
-                   "unchecked_actions": unchecked})
+                   "unchecked_actions": unchecked,
+                   "offline_disk": [d.to_json() for d in disk]})
         return
     click.echo(f"{spec_path}: pipeline {spec.name}, {len(spec.stages)} stage(s), "
                f"hosts {', '.join(sorted(spec.hosts))}: ok")
@@ -59,6 +63,8 @@ def check(spec_path: Path, as_json: bool) -> None:
         rows.append([stage.name, f"on {host.label}", what + needs])
     for text in aligned(rows):
         click.echo(f"  {text}")
+    for d in disk:
+        click.echo(f"  disk: {d.line()}")
 
 
 @click.command("run")

@@ -222,6 +222,49 @@ def load_tokenizer(verifier: Path) -> Any:
                           where=str(verifier)) from None
 
 
+def default_aux_layers(num_layers: int) -> list[int]:
+    """vLLM's default EAGLE-3 aux layer ids for a ``num_layers``-layer verifier."""
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def choose_aux_layers(given: Any, num_layers: int, where: str) -> tuple[list[int], str]:
+    """The aux layer ids a drafter is trained on: ``given`` (or vLLM's default), ascending.
+
+    vLLM sorts the ids, drops repeats and concatenates the states in ascending order, so a
+    drafter trained on another order or on a repeated id would read its ``fc`` inputs
+    shuffled or short. Ids are therefore sorted here (the note returned says so, once) and
+    a repeat is refused. Returns ``(ids, note)``; ``note`` is empty when nothing changed.
+    """
+    if given is None:
+        ids = default_aux_layers(num_layers)
+        if len(set(ids)) != len(ids):
+            raise ActionError(
+                f"vLLM's default aux layers [2, N//2, N-3] = {ids} repeat an id for a "
+                f"{num_layers}-layer verifier (vLLM drops repeats, so fc would get fewer "
+                "states than it was trained on)", where=where,
+                hint="pass --aux-layers with three distinct ids in 0..N-1")
+    else:
+        ids = given
+    if not (isinstance(ids, list) and len(ids) == 3
+            and all(isinstance(k, int) and not isinstance(k, bool) for k in ids)):
+        raise ActionError(f"aux layers must be a list of three integers, got {ids!r}",
+                          where=where)
+    bad = [k for k in ids if not 0 <= k < num_layers]
+    if bad:
+        raise ActionError(f"aux layer id(s) {bad} out of range for a {num_layers}-layer "
+                          f"verifier (valid: 0..{num_layers - 1}; id k = input of layer k)",
+                          where=where)
+    if len(set(ids)) != len(ids):
+        raise ActionError(f"aux layer ids {ids} repeat an id (vLLM drops repeats, so fc would "
+                          "get fewer states than it was trained on)", where=where,
+                          hint="give three distinct ids")
+    ordered = sorted(ids)
+    note = "" if ordered == list(ids) else (
+        f"aux layers {list(ids)} sorted to {ordered}: vLLM concatenates the aux states in "
+        "ascending id order")
+    return ordered, note
+
+
 def seed_everything(seed: int) -> None:
     import random
 

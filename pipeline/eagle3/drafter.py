@@ -66,15 +66,13 @@ class DrafterConfig:
                       aux_layer_ids: list[int], verifier: str = "",
                       intermediate_size: int | None = None,
                       norm_before_residual: bool = False) -> DrafterConfig:
-        heads = int(vcfg["num_attention_heads"])
+        heads, kv_heads, head_dim = verifier_heads(vcfg)
         hidden = int(vcfg["hidden_size"])
         rope = vcfg.get("rope_parameters") or {}
         theta = vcfg.get("rope_theta", rope.get("rope_theta", 10000.0))
         return cls(hidden_size=hidden,
                    intermediate_size=int(intermediate_size or vcfg["intermediate_size"]),
-                   num_attention_heads=heads,
-                   num_key_value_heads=int(vcfg.get("num_key_value_heads") or heads),
-                   head_dim=int(vcfg.get("head_dim") or hidden // heads),
+                   num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
                    vocab_size=int(vcfg["vocab_size"]), draft_vocab_size=draft_vocab_size,
                    target_hidden_size=hidden, aux_layer_ids=list(aux_layer_ids),
                    target_num_layers=int(vcfg["num_hidden_layers"]),
@@ -92,6 +90,28 @@ class DrafterConfig:
     def from_dict(cls, d: dict[str, Any]) -> DrafterConfig:
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def verifier_heads(vcfg: dict[str, Any]) -> tuple[int, int, int]:
+    """``(heads, kv_heads, head_dim)`` of the drafter's Llama attention for this verifier.
+
+    Llama/Qwen (GQA): the verifier's own; Qwen3's explicit ``head_dim`` is kept even where
+    ``heads * head_dim != hidden_size``. MLA (DeepSeek-V3, Kimi-K2: ``kv_lora_rank`` in the
+    config) has no Llama head layout: its queries and keys are ``qk_nope + qk_rope`` wide,
+    only the rope part rotates, and K/V come from a low-rank latent. The drafter takes the
+    verifier's head count for both q and kv (MLA has one KV head per query head) and the
+    value width ``v_head_dim`` as its head dim (Kimi-K2: 64 heads x 128), rotating all of
+    it with the plain rope of the verifier's ``rope_theta``: the config's ``head_dim`` is
+    MLA's rope width (64), which would halve the attention, and YaRN scaling is not
+    carried (export writes none, so vLLM runs the drafter as it was trained).
+    """
+    heads = int(vcfg["num_attention_heads"])
+    hidden = int(vcfg["hidden_size"])
+    if vcfg.get("kv_lora_rank"):
+        head_dim = int(vcfg.get("v_head_dim") or vcfg.get("qk_nope_head_dim") or hidden // heads)
+        return heads, heads, head_dim
+    kv_heads = int(vcfg.get("num_key_value_heads") or heads)
+    return heads, kv_heads, int(vcfg.get("head_dim") or hidden // heads)
 
 
 class RMSNorm(nn.Module):

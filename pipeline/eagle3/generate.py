@@ -15,6 +15,10 @@ in ``samples.jsonl`` are skipped; ``OUT/.config.json`` refuses a resume under ot
 Reasoning returned apart (``reasoning_content`` / ``reasoning``) is put back as ``<think>``
 reasoning ``</think>`` answer. Check ``reasoning_capture``: when the verifier reasons, the share
 of samples whose reasoning was kept must reach ``--min-reasoning-capture`` (default 1.0).
+
+The local backend places a verifier bigger than one device with ``--device-map``/
+``--max-memory`` or ``--tp-plan auto`` under torchrun (rank 0 writes), printing the memory
+plan (weights, activations and the KV cache at ``--batch-size``) first (:mod:`.placement`).
 """
 
 from __future__ import annotations
@@ -31,14 +35,16 @@ from pipeline.eagle3.chat import THINK_OPEN, Prompt, assemble, parse_prompt
 from pipeline.eagle3.common import (
     DTYPES,
     Progress,
+    atomic_write_text,
+    config_hash,
     guard_config,
     load_tokenizer,
-    load_verifier,
     log,
     pick_device,
     pick_dtype,
     read_jsonl,
 )
+from pipeline.eagle3.placement import add_placement_args, placement_from_args, rank
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.generate"
@@ -61,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32, help="local backend")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", choices=DTYPES)
+    add_placement_args(p)
     p.add_argument("--endpoint", default=None, help="openai: base URL, e.g. http://host:8000/v1")
     p.add_argument("--model", default=None, help="openai: served model name")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY",
@@ -93,8 +100,10 @@ def load_prompts(path: Path, limit: int | None) -> list[Prompt]:
     return prompts
 
 
-def existing_ids(out: Path) -> set[str]:
-    """Ids already answered. A torn last line (a crash mid-write) is set aside, not lost."""
+def existing_ids(out: Path, repair: bool = True) -> set[str]:
+    """Ids already answered. A torn last line (a crash mid-write) is set aside, not lost
+    (``repair``; the file is replaced atomically, so a tensor-parallel rank reading it at
+    the same time sees the same answered ids either way)."""
     path = out / SAMPLES
     if not path.exists():
         return set()
@@ -104,13 +113,13 @@ def existing_ids(out: Path) -> set[str]:
             good.append(json.loads(line)) if line.strip() else None
         except json.JSONDecodeError:
             torn.append(line)
-    if torn:
+    if torn and repair:
         qdir = out / "quarantine"
         qdir.mkdir(parents=True, exist_ok=True)
         with (qdir / "torn-lines.txt").open("a", encoding="utf-8") as fh:
             fh.write("\n".join(torn) + "\n")
-        path.write_text("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in good),
-                        encoding="utf-8")
+        atomic_write_text(path, "".join(json.dumps(s, ensure_ascii=False) + "\n"
+                                        for s in good))
         log(f"[generate] set {len(torn)} torn line(s) aside in {qdir / 'torn-lines.txt'}")
     return {str(s.get("id")) for s in good}
 
@@ -135,8 +144,13 @@ def run(args: argparse.Namespace) -> StageResult:
     cfg = {"backend": args.backend, "max_new_tokens": args.max_new_tokens,
            "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed,
            "model": args.model if args.backend == "openai" else str(args.verifier)}
-    guard_config(out, cfg, stage=ACTION)
-    done = existing_ids(out)
+    tp_follower = args.backend == "local" and getattr(args, "tp_plan", None) and rank() != 0
+    if tp_follower:  # tensor-parallel ranks other than 0 run the model and write nothing
+        args.result = None
+        config_hash(cfg)
+    else:
+        guard_config(out, cfg, stage=ACTION)
+    done = existing_ids(out, repair=not tp_follower)
     todo = [p for p in prompts if p.id not in done]
     log(f"[generate] {len(prompts)} prompts, {len(prompts) - len(todo)} already answered, "
         f"{len(todo)} to go ({args.backend})")
@@ -144,7 +158,9 @@ def run(args: argparse.Namespace) -> StageResult:
     if args.backend == "local":
         if args.verifier is None:
             raise ActionError("--verifier is required with --backend local")
-        failures = _run_local(args, todo, out)
+        failures = _run_local(args, todo, out, writes=not tp_follower)
+        if tp_follower:
+            return result
     else:
         if not args.endpoint or not args.model:
             raise ActionError("--endpoint and --model are required with --backend openai")
@@ -193,18 +209,29 @@ def _append(path: Path, records: list[dict[str, Any]]) -> None:
         fh.flush()
 
 
-def _run_local(args: argparse.Namespace, todo: list[Prompt], out: Path) -> int:
+def _run_local(args: argparse.Namespace, todo: list[Prompt], out: Path,
+               writes: bool = True) -> int:
     import torch
 
-    device = pick_device(args.device)
-    model = load_verifier(Path(args.verifier), device, pick_dtype(args.dtype, device))
+    from pipeline.eagle3.memory_plan import Workload, load_placed
+
+    placement = placement_from_args(args, pick_device(args.device))
     tok = load_tokenizer(Path(args.verifier))
     tok.padding_side = "left"
+    if not todo:
+        return 0
+    texts = [tok.apply_chat_template(p.messages, tokenize=False, add_generation_prompt=True)
+             for p in todo]
+    longest = max(len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"])
+    total = longest + args.max_new_tokens
+    work = Workload(batch=min(args.batch_size, len(todo)), seq=longest, kv_tokens=total,
+                    logits_rows=1)
+    placed = load_placed(Path(args.verifier), pick_dtype(args.dtype, placement.device),
+                         placement, work, log if writes else (lambda _m: None))
+    model, device = placed.model, placed.input_device
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     eos_ids = model.generation_config.eos_token_id
     eos_ids = {eos_ids} if isinstance(eos_ids, int) else set(eos_ids or [tok.eos_token_id])
-    texts = [tok.apply_chat_template(p.messages, tokenize=False, add_generation_prompt=True)
-             for p in todo]
     # Similar lengths share a batch, so left padding wastes little.
     order = sorted(range(len(todo)), key=lambda i: len(texts[i]))
     progress = Progress("generate", total=len(todo))
@@ -230,7 +257,8 @@ def _run_local(args: argparse.Namespace, todo: list[Prompt], out: Path) -> int:
             records.append(sample_record(todo[i], tok.decode(body, skip_special_tokens=True),
                                          None, "stop" if stop is not None else "length",
                                          "local", len(body)))
-        _append(out / SAMPLES, records)
+        if writes:
+            _append(out / SAMPLES, records)
         progress.update(len(idx), n_tokens, force=start + args.batch_size >= len(order))
     return 0
 

@@ -13,6 +13,15 @@ with a precomputed index (no host sync), copied to pinned host memory on a side 
 the next batch runs, and a background thread writes those rows straight into their place in
 the shard file (no further host copies).
 
+Several batches are in flight on the writer's side (``--write-buffers`` pinned buffers), so
+the forward only stops when the disk cannot take the bytes; the stage measures the write
+bandwidth and the time the forward waited for the writer, and says when the disk is the
+bottleneck (then ``train --online`` writes nothing at all).
+
+A verifier bigger than one device: ``--device-map``/``--max-memory`` (accelerate's
+placement) or ``--tp-plan auto`` under torchrun (rank 0 writes), see :mod:`.placement`. The
+memory plan is printed before loading.
+
 Resumable: shard boundaries are fixed by the tokens file and ``--shard-tokens``; existing
 shards are checked (header, shapes, token ids, config hash) and skipped. ``--validate`` then
 reads every shard back (shapes, token ids, no NaN/Inf).
@@ -23,8 +32,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import queue
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,42 +40,25 @@ from pipeline.eagle3.common import (
     DTYPES,
     Progress,
     atomic_write_text,
+    choose_aux_layers,
+    config_hash,
+    default_aux_layers,
     dtype_name,
     guard_config,
-    load_verifier,
     log,
     pick_device,
     pick_dtype,
     verifier_config,
 )
 from pipeline.eagle3.datafiles import read_tokens
-from pipeline.eagle3.shards import (
-    INDEX,
-    SHARD_FORMAT,
-    StreamingShard,
-    shard_name,
-    validate_shard,
-)
+from pipeline.eagle3.memory_plan import Workload, load_placed
+from pipeline.eagle3.placement import add_placement_args, placement_from_args
+from pipeline.eagle3.shard_writer import WRITE_METHODS, StreamingShard, WritePipeline
+from pipeline.eagle3.shards import INDEX, SHARD_FORMAT, shard_name, validate_shard
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.hidden_states"
-
-
-def default_aux_layers(num_layers: int) -> list[int]:
-    """vLLM's default EAGLE-3 aux layer ids for an ``num_layers``-layer verifier."""
-    return [2, num_layers // 2, num_layers - 3]
-
-
-def check_aux_layers(aux: Any, num_layers: int, where: str) -> list[int]:
-    if not (isinstance(aux, list) and len(aux) == 3 and all(isinstance(k, int) for k in aux)):
-        raise ActionError(f"aux layers must be a list of three integers, got {aux!r}",
-                          where=where)
-    bad = [k for k in aux if not 0 <= k < num_layers]
-    if bad:
-        raise ActionError(f"aux layer id(s) {bad} out of range for a {num_layers}-layer "
-                          f"verifier (valid: 0..{num_layers - 1}; id k = input of layer k)",
-                          where=where)
-    return list(aux)
+__all__ = ["Capture", "default_aux_layers", "extract", "plan_batches", "plan_shards"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verifier", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--aux-layers", type=json_arg, default=None,
-                   help="JSON list of three layer ids (default vLLM's [2, N//2, N-3])")
+                   help="JSON list of three distinct layer ids, stored ascending as vLLM "
+                        "reads them (default vLLM's [2, N//2, N-3])")
     p.add_argument("--batch-tokens", type=int, default=16384,
                    help="padded tokens per forward batch")
     p.add_argument("--max-batch-size", type=int, default=64)
@@ -88,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="compute dtype")
     p.add_argument("--save-dtype", default="auto", choices=DTYPES,
                    help="stored dtype (auto: the compute dtype)")
+    add_placement_args(p)
+    p.add_argument("--write-method", choices=WRITE_METHODS, default="pwrite",
+                   help="how rows reach the shard file: pwrite (one copy at a time per "
+                        "file, the kernel's inode lock) or mmap (parallel copies into a "
+                        "mapping)")
+    p.add_argument("--write-buffers", type=int, default=4,
+                   help="pinned batch buffers in flight between the verifier and the disk")
     add_bool_arg(p, "validate", True, "read every shard back and check it after extraction")
     return p
 
@@ -96,13 +94,15 @@ class Capture:
     """Forward pre-hooks that keep the inputs of the aux decoder layers.
 
     ``__call__`` runs the body only and returns ``(aux list, last)`` with ``last`` the output of
-    the final norm. Nothing is cloned: the layers make new tensors rather than writing into
-    their inputs, so holding a reference is enough.
+    the final norm, all on ``out_device`` (the layers of a verifier spread by a device map
+    sit on several devices). Nothing is cloned: the layers make new tensors rather than
+    writing into their inputs, so holding a reference is enough.
     """
 
-    def __init__(self, model: Any, aux_layers: list[int]):
+    def __init__(self, model: Any, aux_layers: list[int], out_device: Any = None):
         self.body = model.model
         self.aux_layers = aux_layers
+        self.out_device = out_device
         self._store: dict[int, Any] = {}
         self._handles = [self.body.layers[k].register_forward_pre_hook(self._hook(k),
                                                                        with_kwargs=True)
@@ -117,8 +117,12 @@ class Capture:
         self._store.clear()
         out = self.body(input_ids=input_ids, use_cache=False)
         aux = [self._store[k] for k in self.aux_layers]
+        last = out.last_hidden_state
         self._store.clear()
-        return aux, out.last_hidden_state
+        if self.out_device is not None:
+            aux = [a.to(self.out_device) for a in aux]
+            last = last.to(self.out_device)
+        return aux, last
 
     def remove(self) -> None:
         for h in self._handles:
@@ -154,56 +158,23 @@ def plan_batches(lengths: list[int], batch_tokens: int, max_batch: int) -> list[
     return batches
 
 
-class ShardAssembler:
-    """Background thread running the write jobs handed to it, in order; the first failure is
-    re-raised in the main thread."""
-
-    def __init__(self):
-        self._q: queue.Queue = queue.Queue(maxsize=4)
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def put(self, item: Any) -> None:
-        if self.error:
-            raise self.error
-        self._q.put(item)
-
-    def _loop(self) -> None:
-        while True:
-            item = self._q.get()
-            if item is None:
-                return
-            if self.error:
-                continue
-            try:
-                item()
-            except BaseException as exc:  # re-raised in the main thread
-                self.error = exc
-
-    def close(self) -> None:
-        self._q.put(None)
-        self._thread.join()
-        if self.error:
-            raise self.error
-
-
 def run(args: argparse.Namespace) -> StageResult:
-
     result = StageResult(action=ACTION)
     verifier = Path(args.verifier)
     vcfg = verifier_config(verifier)
     n_layers, hidden = int(vcfg["num_hidden_layers"]), int(vcfg["hidden_size"])
-    aux_layers = (default_aux_layers(n_layers) if args.aux_layers is None else
-                  check_aux_layers(args.aux_layers, n_layers, str(verifier / "config.json")))
-    if args.aux_layers is None:
-        check_aux_layers(aux_layers, n_layers, str(verifier / "config.json"))
+    aux_layers, note = choose_aux_layers(args.aux_layers, n_layers, str(verifier / "config.json"))
+    if note:
+        log(f"[hidden_states] {note}")
+    if args.write_buffers < 2:
+        raise ActionError(f"--write-buffers must be at least 2, got {args.write_buffers}")
     tokens = read_tokens(Path(args.tokens))
     if tokens["vocab_size"] != int(vcfg["vocab_size"]):
         raise ActionError(f"tokens are for a vocab of {tokens['vocab_size']}, the verifier "
                           f"has {vcfg['vocab_size']}", where=str(tokens["path"]))
     n = len(tokens["ids"]) if args.limit is None else min(args.limit, len(tokens["ids"]))
-    device = pick_device(args.device)
+    placement = placement_from_args(args, pick_device(args.device))
+    device = placement.device
     dtype = pick_dtype(args.dtype, device)
     save_dtype = dtype if args.save_dtype == "auto" else pick_dtype(args.save_dtype, device)
     out = Path(args.out)
@@ -211,7 +182,11 @@ def run(args: argparse.Namespace) -> StageResult:
     cfg = {"verifier": str(verifier), "verifier_config": vcfg, "aux_layers": aux_layers,
            "tokens_sha": tok_digest, "samples": n, "shard_tokens": args.shard_tokens,
            "save_dtype": dtype_name(save_dtype)}
-    digest = guard_config(out, cfg, stage=ACTION)
+    # Under tensor parallelism every rank runs the same batches; rank 0 alone writes.
+    writes = not placement.tp or _rank() == 0
+    if not writes:
+        args.result = None
+    digest = guard_config(out, cfg, stage=ACTION) if writes else config_hash(cfg)
 
     offsets = tokens["offsets"]
     plan = plan_shards(offsets, n, args.shard_tokens)
@@ -223,8 +198,10 @@ def run(args: argparse.Namespace) -> StageResult:
                            config_hash=digest, full=False)
             done.append(i)
     todo = [i for i in range(len(plan)) if i not in done]
-    log(f"[hidden_states] {n} samples in {len(plan)} shard(s), {len(done)} done; aux layers "
-        f"{aux_layers} of {n_layers}; {dtype_name(dtype)} on {device}")
+    if writes:
+        log(f"[hidden_states] {n} samples in {len(plan)} shard(s), {len(done)} done; aux "
+            f"layers {aux_layers} of {n_layers}; {dtype_name(dtype)}, "
+            f"{placement.describe()}")
 
     index = {"format": SHARD_FORMAT, "config_hash": digest, "aux_layers": aux_layers,
              "hidden_size": hidden, "num_layers": n_layers,
@@ -241,10 +218,19 @@ def run(args: argparse.Namespace) -> StageResult:
 
     finished = list(done)
     if todo:
-        model = load_verifier(verifier, device, dtype)
-        stats = extract(model, tokens, plan, todo, aux_layers, out, digest, device, save_dtype,
-                        args, on_shard=lambda i: (finished.append(i), write_index(finished)))
+        longest = max(int(offsets[i + 1] - offsets[i]) for i in range(n))
+        seq = min(longest, args.batch_tokens)
+        work = Workload(batch=max(1, min(args.max_batch_size, args.batch_tokens // seq)),
+                        seq=seq, captured=len(aux_layers) + 1)
+        placed = load_placed(verifier, dtype, placement, work, log)
+        result.metrics["memory_plan"] = placed.plan.to_json()
+        stats = extract(placed.model, tokens, plan, todo, aux_layers, out, digest,
+                        placed.input_device, save_dtype, args,
+                        on_shard=lambda i: (finished.append(i), write_index(finished)),
+                        writes=writes)
         result.metrics.update(stats)
+    if not writes:
+        return result
     write_index(finished)
 
     if args.validate:
@@ -255,41 +241,57 @@ def run(args: argparse.Namespace) -> StageResult:
                      message="shapes, token ids and finite values of every shard")
     total_tokens = int(offsets[n])
     result.metrics.update(samples=n, tokens=total_tokens, shards=len(plan),
-                          resumed_shards=len(done), aux_layers=aux_layers)
+                          resumed_shards=len(done), aux_layers=aux_layers,
+                          offline_bytes=total_tokens * 4 * hidden * save_dtype.itemsize)
     result.check("complete", len(finished) == len(plan), value=len(finished),
                  expected=len(plan))
     result.artifacts.append(str(out / INDEX))
     rate = result.metrics.get("tokens_per_s")
     result.summary = (f"hidden_states: {n} samples, {total_tokens} tokens, {len(plan)} shards"
-                      + (f", {rate:.0f} tokens/s" if rate else " (all resumed)"))
+                      + (f", {rate:.0f} tokens/s" if rate else " (all resumed)")
+                      + (f", writes {result.metrics['write_gb_s']:.2f} GB/s"
+                         if result.metrics.get("write_gb_s") else ""))
     return result
+
+
+def _rank() -> int:
+    import os
+
+    return int(os.environ.get("RANK", "0"))
+
+
+DISK_BOUND_SHARE = 0.1  # the forward waiting this share of the time for the writer
 
 
 def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], todo: list[int],
             aux_layers: list[int], out: Path, digest: str, device: Any, save_dtype: Any,
-            args: argparse.Namespace, on_shard) -> dict[str, Any]:
+            args: argparse.Namespace, on_shard, writes: bool = True) -> dict[str, Any]:
     """Run the verifier over the ``todo`` shards of ``plan`` and write them.
 
     Per batch, on the GPU: body forward with the capture hooks, gather the real tokens with a
     precomputed index (no host sync), cast, and copy into a pinned buffer on a side stream.
-    On the assembler thread: wait for that copy and write the rows into the shard file.
+    On the writer's side (:class:`.shard_writer.WritePipeline`): wait for that copy, write
+    the rows into the shard file, give the buffer back. ``device`` is where the inputs go
+    and the states gather (the embedding's device under a device map). ``writes`` False
+    (tensor-parallel ranks other than 0) runs the forwards only.
     """
     import torch
 
     hidden = model.config.hidden_size
-    capture = Capture(model, aux_layers)
+    capture = Capture(model, aux_layers, out_device=device)
     on_gpu = device.type == "cuda"
-    copy_stream = torch.cuda.Stream() if on_gpu else None
+    copy_stream = torch.cuda.Stream(device) if on_gpu and writes else None
     offsets, input_ids, loss_mask = tokens["offsets"], tokens["input_ids"], tokens["loss_mask"]
     cap = args.batch_tokens
-    # Two pinned buffer pairs: the GPU fills one while the assembler writes the other out.
-    free_bufs: queue.Queue = queue.Queue()
-    for _ in range(2):
-        free_bufs.put((torch.empty(cap, 3 * hidden, dtype=save_dtype, pin_memory=on_gpu),
-                       torch.empty(cap, hidden, dtype=save_dtype, pin_memory=on_gpu)))
-    assembler = ShardAssembler()
+    method = getattr(args, "write_method", "pwrite")
+    n_bufs = max(2, int(getattr(args, "write_buffers", 4)))
+    pipeline = WritePipeline([
+        (torch.empty(cap, 3 * hidden, dtype=save_dtype, pin_memory=on_gpu),
+         torch.empty(cap, hidden, dtype=save_dtype, pin_memory=on_gpu))
+        for _ in range(n_bufs if writes else 0)])
     total = sum(int(offsets[plan[i][1]] - offsets[plan[i][0]]) for i in todo)
-    progress = Progress("hidden_states", total=sum(plan[i][1] - plan[i][0] for i in todo))
+    progress = Progress("hidden_states", total=sum(plan[i][1] - plan[i][0] for i in todo),
+                        every=5.0 if writes else float("inf"))
     bad_flag = torch.zeros((), dtype=torch.bool, device=device)
 
     try:
@@ -302,19 +304,21 @@ def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], tod
                                       f"--batch-tokens {cap}", where=str(tokens["path"]))
                 batches = plan_batches(lengths, cap, args.max_batch_size)
                 order = [s + j for batch in batches for j in batch]
-                rows = torch.tensor([lengths[i - s] for i in order], dtype=torch.int64)
-                shard_offsets = torch.zeros(len(order) + 1, dtype=torch.int64)
-                shard_offsets[1:] = torch.cumsum(rows, 0)
-                ids_cpu = torch.cat([input_ids[offsets[i]:offsets[i + 1]] for i in order])
-                mask_cpu = torch.cat([loss_mask[offsets[i]:offsets[i + 1]] for i in order])
-                meta = {"format": SHARD_FORMAT, "config_hash": digest,
-                        "aux_layers": json.dumps(aux_layers), "hidden_size": hidden,
-                        "sample_start": s, "num_samples": e - s}
-                writer = StreamingShard(
-                    out / shard_name(shard), rows=int(shard_offsets[-1]), hidden=hidden,
-                    dtype=save_dtype, meta=meta,
-                    small={"offsets": shard_offsets, "sample_index": torch.tensor(order),
-                           "input_ids": ids_cpu.to(torch.int32), "loss_mask": mask_cpu})
+                writer = None
+                if writes:
+                    rows = torch.tensor([lengths[i - s] for i in order], dtype=torch.int64)
+                    shard_offsets = torch.zeros(len(order) + 1, dtype=torch.int64)
+                    shard_offsets[1:] = torch.cumsum(rows, 0)
+                    ids_cpu = torch.cat([input_ids[offsets[i]:offsets[i + 1]] for i in order])
+                    mask_cpu = torch.cat([loss_mask[offsets[i]:offsets[i + 1]] for i in order])
+                    meta = {"format": SHARD_FORMAT, "config_hash": digest,
+                            "aux_layers": json.dumps(aux_layers), "hidden_size": hidden,
+                            "sample_start": s, "num_samples": e - s}
+                    writer = StreamingShard(
+                        out / shard_name(shard), rows=int(shard_offsets[-1]), hidden=hidden,
+                        dtype=save_dtype, meta=meta, method=method, stats=pipeline.stats,
+                        small={"offsets": shard_offsets, "sample_index": torch.tensor(order),
+                               "input_ids": ids_cpu.to(torch.int32), "loss_mask": mask_cpu})
                 cursor = 0
                 for batch in batches:
                     sample_ids = [s + j for j in batch]
@@ -327,16 +331,19 @@ def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], tod
                         flat.extend(range(r * width, r * width + b - a))
                     t = len(flat)
                     ids = ids.to(device, non_blocking=True)
-                    flat_idx = torch.tensor(flat, dtype=torch.long).to(device, non_blocking=True)
                     aux, last = capture(ids)
+                    progress.update(len(batch), t)
+                    if writer is None:
+                        continue
+                    flat_idx = torch.tensor(flat, dtype=torch.long).to(device, non_blocking=True)
                     aux_rows = torch.cat([h.reshape(-1, hidden).index_select(0, flat_idx)
                                           for h in aux], dim=1).to(save_dtype)
                     last_rows = last.reshape(-1, hidden).index_select(0, flat_idx).to(save_dtype)
                     bad_flag |= ~(torch.isfinite(aux_rows).all() & torch.isfinite(last_rows).all())
-                    aux_buf, last_buf = free_bufs.get()
+                    aux_buf, last_buf = pipeline.buffer()
                     event = None
-                    if on_gpu:
-                        copy_stream.wait_stream(torch.cuda.current_stream())
+                    if copy_stream is not None:
+                        copy_stream.wait_stream(torch.cuda.current_stream(device))
                         with torch.cuda.stream(copy_stream):
                             aux_buf[:t].copy_(aux_rows, non_blocking=True)
                             last_buf[:t].copy_(last_rows, non_blocking=True)
@@ -347,36 +354,49 @@ def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], tod
                     else:
                         aux_buf[:t].copy_(aux_rows)
                         last_buf[:t].copy_(last_rows)
-                    assembler.put(_row_writer(writer, cursor, t, aux_buf, last_buf, event,
-                                              free_bufs))
+                    pipeline.rows(writer, cursor, t, (aux_buf, last_buf), event)
                     cursor += t
-                    progress.update(len(batch), t)
+                if writer is None:
+                    continue
                 if bool(bad_flag):  # one host sync per shard, not per batch
                     raise ActionError(f"NaN or Inf in the verifier's hidden states for samples "
                                       f"{s}..{e - 1}", where=str(args.verifier))
 
                 def finish(writer=writer, shard=shard, n=e - s):
-                    writer.close()
                     on_shard(shard)
                     log(f"[hidden_states] wrote {writer.path.name} ({n} samples)")
 
-                assembler.put(finish)
+                pipeline.finish(writer, finish)
     finally:
-        assembler.close()
-        capture.remove()
+        try:
+            pipeline.close()
+        finally:
+            capture.remove()
     elapsed = progress.elapsed
-    log(progress.line())
-    return {"tokens_per_s": round(total / elapsed, 1) if elapsed else None,
-            "extract_seconds": round(elapsed, 2)}
-
-
-def _row_writer(writer, row, t, aux_buf, last_buf, event, free_bufs):
-    def write():
-        if event is not None:
-            event.synchronize()
-        writer.write_rows(row, aux_buf[:t], last_buf[:t])
-        free_bufs.put((aux_buf, last_buf))
-    return write
+    if writes:
+        log(progress.line())
+    stats: dict[str, Any] = {"tokens_per_s": round(total / elapsed, 1) if elapsed else None,
+                             "extract_seconds": round(elapsed, 2)}
+    if writes and pipeline.stats.bytes:
+        ws = pipeline.stats
+        share = pipeline.stall / elapsed if elapsed else 0.0
+        made = ws.bytes / max(elapsed - pipeline.stall, 1e-9) / 1e9
+        stats.update(written_gb=round(ws.bytes / 1e9, 3),
+                     write_gb_s=round(ws.gb_per_s, 3) if ws.gb_per_s else None,
+                     write_stall_seconds=round(pipeline.stall, 2),
+                     write_stall_share=round(share, 3), produced_gb_s=round(made, 3),
+                     write_method=method, disk_bound=share > DISK_BOUND_SHARE)
+        if share > DISK_BOUND_SHARE:
+            log(f"[hidden_states] the disk is the bottleneck: shards were written at "
+                f"{ws.gb_per_s:.2f} GB/s while the verifier made {made:.2f} GB/s; the forward "
+                f"waited {pipeline.stall:.1f}s ({share:.0%} of the run) for the writer. A "
+                f"faster disk (or /dev/shm), --write-method mmap, or train --online (no "
+                f"shards at all) remove the wait")
+        else:
+            log(f"[hidden_states] writes kept up: {ws.bytes / 1e9:.2f} GB at "
+                f"{ws.gb_per_s:.2f} GB/s, the forward waited {pipeline.stall:.1f}s "
+                f"({share:.0%})")
+    return stats
 
 
 def main(argv: list[str] | None = None) -> int:

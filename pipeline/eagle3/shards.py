@@ -15,8 +15,8 @@ little); ``sample_index`` maps them back:
 - metadata: ``format``, ``config_hash``, ``aux_layers`` (JSON), ``hidden_size``,
   ``sample_start`` (first sample of the range), ``num_samples``.
 
-:class:`StreamingShard` writes the large tensors batch by batch straight from (pinned) host
-memory into their place in the file, so extraction makes no extra host copies.
+:class:`.shard_writer.StreamingShard` writes the large tensors batch by batch straight from
+(pinned) host memory into their place in the file, so extraction makes no extra host copies.
 
 ``OUT/index.json`` lists the shards, the aux layers and the verifier's shape; it is rewritten
 after every shard, so a resumed run knows what is done.
@@ -25,8 +25,6 @@ after every shard, so a resumed run knows what is done.
 from __future__ import annotations
 
 import json
-import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,117 +169,3 @@ def validate_shard(path: Path, *, tokens: dict[str, Any] | None, hidden_size: in
                     raise ActionError(f"NaN or Inf in {key!r} rows {a}..{a + len(block) - 1}",
                                       where=where)
     return reader
-
-
-_DTYPE_NAMES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "int64": "I64",
-                "int32": "I32", "uint8": "U8", "bool": "BOOL"}
-
-
-def _raw(t: Any) -> memoryview:
-    """The bytes of a contiguous CPU tensor, without a copy (and without numpy). The caller
-    keeps ``t`` alive while the view is used."""
-    import ctypes
-
-    if not t.is_contiguous() or t.device.type != "cpu":
-        raise ValueError("need a contiguous CPU tensor")
-    nbytes = t.numel() * t.element_size()
-    return memoryview((ctypes.c_char * nbytes).from_address(t.data_ptr())).cast("B")
-
-
-class StreamingShard:
-    """A safetensors file written in place: header and small tensors first, then ``aux`` and
-    ``last`` rows as batches arrive. Written under a temporary name and renamed by
-    :meth:`close`, so a shard either exists whole or not at all.
-
-    Layout (the format's rules: one JSON header padded to 8 bytes, then the tensors' bytes
-    back to back): ``aux``, ``last``, ``offsets``, ``sample_index``, ``input_ids``,
-    ``loss_mask``; every tensor starts at a multiple of its element size.
-    """
-
-    def __init__(self, path: Path, *, rows: int, hidden: int, dtype: Any,
-                 small: dict[str, Any], meta: dict[str, Any]):
-        self.path = Path(path)
-        self.tmp = self.path.with_name(f".{self.path.name}.tmp")
-        self.rows, self.hidden = rows, hidden
-        itemsize = dtype.itemsize
-        name = _DTYPE_NAMES[str(dtype).removeprefix("torch.")]
-        header: dict[str, Any] = {"__metadata__": {k: str(v) for k, v in meta.items()}}
-        cursor = 0
-        self._aux_at = cursor
-        header["aux"] = {"dtype": name, "shape": [rows, 3 * hidden],
-                         "data_offsets": [cursor, cursor + rows * 3 * hidden * itemsize]}
-        cursor += rows * 3 * hidden * itemsize
-        self._last_at = cursor
-        header["last"] = {"dtype": name, "shape": [rows, hidden],
-                          "data_offsets": [cursor, cursor + rows * hidden * itemsize]}
-        cursor += rows * hidden * itemsize
-        placed = []
-        for key in ("offsets", "sample_index", "input_ids", "loss_mask"):
-            t = small[key].contiguous()
-            nbytes = t.numel() * t.element_size()
-            header[key] = {"dtype": _DTYPE_NAMES[str(t.dtype).removeprefix("torch.")],
-                           "shape": list(t.shape), "data_offsets": [cursor, cursor + nbytes]}
-            placed.append((cursor, t))
-            cursor += nbytes
-        blob = json.dumps(header, separators=(",", ":")).encode()
-        blob += b" " * (-len(blob) % 8)
-        self._data_at = 8 + len(blob)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.ftruncate(self._fd, self._data_at + cursor)
-        head = struct.pack("<Q", len(blob)) + blob
-        if os.pwrite(self._fd, head, 0) != len(head):
-            raise OSError(f"short write of the header of {self.tmp}")
-        for at, t in placed:
-            if t.numel():
-                _pwrite_all(self._fd, t, self._data_at + at)
-        self._row_aux = 3 * hidden * itemsize
-        self._row_last = hidden * itemsize
-
-    def write_rows(self, row: int, aux: Any, last: Any) -> None:
-        """Rows ``row .. row+len(aux)`` of both tensors (contiguous CPU tensors).
-
-        Large writes are split over threads: one thread copying into the page cache managed
-        1.4 GB/s on the H200 host, less than the verifier produces (about 3 GB/s)."""
-        n = aux.shape[0]
-        if row + n > self.rows:
-            raise ValueError(f"rows {row}..{row + n} past {self.rows}")
-        jobs = []
-        for tensor, base, row_bytes in ((aux, self._aux_at, self._row_aux),
-                                        (last, self._last_at, self._row_last)):
-            step = max(1, WRITE_PIECE // row_bytes)
-            for a in range(0, n, step):
-                jobs.append((tensor[a:a + step], self._data_at + base + (row + a) * row_bytes))
-        if len(jobs) <= 2:
-            for t, at in jobs:
-                _pwrite_all(self._fd, t, at)
-            return
-        for fut in [_pool().submit(_pwrite_all, self._fd, t, at) for t, at in jobs]:
-            fut.result()
-
-    def close(self) -> None:
-        os.close(self._fd)
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        os.close(self._fd)
-
-
-WRITE_PIECE = 8 << 20  # bytes per parallel write
-_POOL: Any = None
-
-
-def _pool() -> Any:
-    global _POOL
-    if _POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="shard-write")
-    return _POOL
-
-
-def _pwrite_all(fd: int, t: Any, at: int) -> None:
-    view = _raw(t)
-    done = 0
-    while done < len(view):  # pwrite may write less than asked
-        done += os.pwrite(fd, view[done:], at + done)

@@ -21,6 +21,11 @@ differently is refused, since the frozen lm_head rows would then score the wrong
 Multi-GPU: run under ``torchrun --nproc-per-node N -m pipeline.eagle3.train ...`` (DDP;
 each rank takes every N-th batch; rank 0 writes).
 
+Online (``--online --tokens DIR`` in place of ``--hidden-states``): the frozen verifier runs
+in this process, batch by batch, and no shard is written (:mod:`.online`); same batches,
+resume and held-out evaluation as offline. ``--device-map``/``--max-memory`` spread that
+verifier over devices (:mod:`.placement`); ``--device`` is the drafter's.
+
 Checks: every epoch finished; held-out position-1 accuracy reaches ``--min-acc1``.
 """
 
@@ -35,8 +40,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
-from pipeline.eagle3.common import atomic_write_text, guard_config, log, pick_device
+from pipeline.actions import StageResult, add_bool_arg, json_arg, make_parser, run_action
+from pipeline.eagle3.common import (
+    DTYPES,
+    atomic_write_text,
+    guard_config,
+    log,
+    pick_device,
+    pick_dtype,
+)
+from pipeline.eagle3.placement import add_placement_args
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.train"
@@ -44,9 +57,22 @@ STATE = "state.json"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = make_parser(ACTION, "Train the EAGLE-3 drafter (training-time test).")
-    p.add_argument("--hidden-states", type=Path, required=True)
+    p = make_parser(ACTION, "Train the EAGLE-3 drafter (training-time test), from "
+                            "hidden-state shards or online from the verifier.")
+    p.add_argument("--hidden-states", type=Path, default=None,
+                   help="hidden_states' output directory (offline training)")
     p.add_argument("--verifier", type=Path, required=True)
+    add_bool_arg(p, "online", False,
+                 "run the frozen verifier here, batch by batch, instead of reading shards "
+                 "(needs --tokens; writes no hidden states)")
+    p.add_argument("--tokens", type=Path, default=None,
+                   help="online: tokenize's output directory")
+    p.add_argument("--aux-layers", type=json_arg, default=None,
+                   help="online: three distinct layer ids, used ascending (default vLLM's "
+                        "[2, N//2, N-3]); offline takes the shards' own")
+    p.add_argument("--verifier-dtype", default="auto", choices=DTYPES,
+                   help="online: the verifier's compute dtype (auto: bf16 on a GPU, fp32 on "
+                        "the CPU, as hidden_states)")
     p.add_argument("--vocab", type=Path, default=None,
                    help="vocab.safetensors (optional with --init-from)")
     p.add_argument("--out", type=Path, required=True)
@@ -81,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "(dynamic shapes: no recompile per batch length)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
+    add_placement_args(p, tp=False)
     p.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
     p.add_argument("--min-acc1", type=float, default=0.0,
                    help="fail unless held-out position-1 accuracy reaches this")
@@ -218,6 +245,53 @@ def build_drafter(args: argparse.Namespace, vcfg: dict[str, Any], aux_layers: li
     return drafter
 
 
+def _online_data(args: argparse.Namespace, vcfg: dict[str, Any], dist: Dist):
+    """The verifier, placed and loaded here, as the source of every batch's states."""
+    from pipeline.eagle3.common import choose_aux_layers
+    from pipeline.eagle3.datafiles import read_tokens
+    from pipeline.eagle3.memory_plan import Workload, load_placed
+    from pipeline.eagle3.online import OnlineData, offline_bytes
+    from pipeline.eagle3.placement import placement_from_args
+
+    if args.tokens is None:
+        raise ActionError("--online needs --tokens (tokenize's output directory)")
+    if args.hidden_states is not None:
+        raise ActionError("--online and --hidden-states are exclusive: online training "
+                          "makes the hidden states itself")
+    verifier = Path(args.verifier)
+    tokens = read_tokens(Path(args.tokens))
+    if tokens["vocab_size"] != int(vcfg["vocab_size"]):
+        raise ActionError(f"tokens are for a vocab of {tokens['vocab_size']}, the verifier "
+                          f"has {vcfg['vocab_size']}", where=str(tokens["path"]))
+    aux, note = choose_aux_layers(args.aux_layers, int(vcfg["num_hidden_layers"]),
+                                  str(verifier / "config.json"))
+    if note and dist.main:
+        log(f"[train] {note}")
+    placement = placement_from_args(args, dist.device)
+    dtype = pick_dtype(args.verifier_dtype, placement.device)
+    offsets = tokens["offsets"]
+    longest = int((offsets[1:] - offsets[:-1]).max())
+    seq = min(longest, args.max_length, args.batch_tokens)
+    work = Workload(batch=max(1, min(args.batch_size, args.batch_tokens // seq)), seq=seq,
+                    captured=len(aux) + 1)
+    placed = load_placed(verifier, dtype, placement, work, log if dist.main else _quiet)
+    data = OnlineData(tokens, placed.model, placed.input_device, aux, seed=args.seed,
+                      holdout=args.holdout, max_length=args.max_length, dtype=dtype,
+                      verifier_config=vcfg)
+    data.plan = placed.plan
+    data.offline_bytes = offline_bytes(int(offsets[-1]), int(vcfg["hidden_size"]),
+                                       dtype.itemsize, len(aux))
+    if dist.main:
+        log(f"[train] online: the verifier makes each batch's states here; no shards "
+            f"(offline would store {data.offline_bytes / 1e9:.3f} GB for these "
+            f"{int(offsets[-1])} tokens)")
+    return data
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
 def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
     if step < warmup:
         return (step + 1) / warmup
@@ -240,19 +314,28 @@ def run(args: argparse.Namespace) -> StageResult:
     device = dist.device
     if not dist.main:
         args.result = None  # one result per run: rank 0's
-    torch.manual_seed(args.seed)
     vcfg = verifier_config(Path(args.verifier))
-    data = TrainData(Path(args.hidden_states), seed=args.seed, holdout=args.holdout,
-                     max_length=args.max_length)
-    if int(data.index["hidden_size"]) != int(vcfg["hidden_size"]):
-        raise ActionError(f"hidden states have hidden size {data.index['hidden_size']}, the "
-                          f"verifier {vcfg['hidden_size']}",
-                          where=str(Path(args.hidden_states) / "index.json"))
+    if args.online:
+        data = _online_data(args, vcfg, dist)
+    else:
+        if args.hidden_states is None:
+            raise ActionError("give --hidden-states (offline), or --online with --tokens")
+        if args.tokens is not None or args.aux_layers is not None:
+            raise ActionError("--tokens and --aux-layers are for --online; offline training "
+                              "takes both from the hidden states")
+        data = TrainData(Path(args.hidden_states), seed=args.seed, holdout=args.holdout,
+                         max_length=args.max_length)
+        if int(data.index["hidden_size"]) != int(vcfg["hidden_size"]):
+            raise ActionError(f"hidden states have hidden size {data.index['hidden_size']}, "
+                              f"the verifier {vcfg['hidden_size']}",
+                              where=str(Path(args.hidden_states) / "index.json"))
+    torch.manual_seed(args.seed)  # the drafter's initialisation, whatever loaded before
     drafter = build_drafter(args, vcfg, data.aux_layers)
     out = Path(args.out)
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
            if k not in ("result", "stop_after_epochs", "log_every", "device", "min_acc1",
-                        "eval_batches", "compile_loss", "compile_blocks", "attn")}
+                        "eval_batches", "compile_loss", "compile_blocks", "attn",
+                        "device_map", "max_memory", "offload_folder")}
     cfg["hidden_states_config"] = data.index["config_hash"]
     cfg["vocab_sha"] = _file_digest(Path(args.vocab) if Path(args.vocab).is_file() else
                                     Path(args.vocab) / "vocab.safetensors") if args.vocab else None
@@ -305,12 +388,15 @@ def run(args: argparse.Namespace) -> StageResult:
         f"draft vocab {drafter.d2t.numel()}, {sum(p.numel() for p in params)} trainable "
         f"params, {device}, world {dist.world}")
     train_tokens = 0
+    first_loss: float | None = None
     t_train = time.perf_counter()
     for epoch in range(start_epoch, last_epoch):
         drafter.train()
         batches = data.epoch_batches(epoch, args.batch_size, args.batch_tokens, dist.rank,
                                      dist.world)
-        prefetch = Prefetcher(data, batches, pin=on_gpu)
+        # Online, one batch ahead: the verifier's forward for the next batch is queued
+        # (its launches overlap the drafter's step) while this one trains.
+        prefetch = Prefetcher(data, batches, pin=on_gpu, depth=1 if args.online else 4)
         acc_c = torch.zeros(args.ttt_steps, device=device)
         acc_n = torch.zeros(args.ttt_steps, device=device)
         loss_sum = torch.zeros((), device=device)
@@ -322,6 +408,8 @@ def run(args: argparse.Namespace) -> StageResult:
                 with autocast:
                     loss, correct, counted = train_model(b.aux, b.last, b.input_ids, b.loss_mask)
                 loss.backward()
+                if first_loss is None and epoch == 0 and i == 0:
+                    first_loss = float(loss.detach())  # one sync, for comparisons
                 torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
                 optimizer.step()
                 scheduler.step()
@@ -374,6 +462,13 @@ def run(args: argparse.Namespace) -> StageResult:
                                for k, a in enumerate(acc)})
         result.metrics["est_acceptance_length"] = round(history[-1]["est_acceptance_length"], 3)
     result.metrics["epochs_done"] = history[-1]["epoch"] if history else 0
+    if first_loss is not None:
+        result.metrics["first_step_loss"] = first_loss
+    result.metrics["data"] = "online" if args.online else "shards"
+    if args.online:
+        data.close()
+        result.metrics["memory_plan"] = data.plan.to_json()
+        result.metrics["offline_bytes_avoided"] = data.offline_bytes
     result.metrics["train_seconds"] = round(time.perf_counter() - t_train, 2)
     if train_tokens:
         result.metrics["train_tokens_per_s"] = round(

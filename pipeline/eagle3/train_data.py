@@ -1,7 +1,8 @@
 """Batches for drafter training, read lazily from hidden-state shards.
 
 Deterministic for a seed: the held-out split and each epoch's order are functions of
-``(seed, epoch)`` alone, so a run resumed at an epoch boundary sees exactly the batches an
+``(seed, epoch)`` and the samples' lengths alone (:class:`SampleSplit`, shared with online
+training), so a run resumed at an epoch boundary sees exactly the batches an
 uninterrupted run would. A background thread assembles (and on a GPU pins) the next batches
 while the current one trains.
 """
@@ -34,28 +35,25 @@ class Batch:
                      self.loss_mask.to(device, non_blocking=nb), self.tokens)
 
 
-class TrainData:
-    def __init__(self, hidden_dir: Path, *, seed: int, holdout: float, max_length: int):
-        self.index, infos = list_shards(Path(hidden_dir))
-        self.readers = [ShardReader(i.path) for i in infos]
+class SampleSplit:
+    """The held-out split and every epoch's batches, from the samples' lengths alone.
+
+    Sample ``i`` is sample ``i`` of the tokens file, whether its states come from shards
+    (:class:`TrainData`) or from the verifier as training runs (:class:`.online.OnlineData`):
+    the same seed gives both the same batches.
+    """
+
+    def __init__(self, lengths: list[int], *, seed: int, holdout: float, max_length: int):
         self.max_length = max_length
-        self.samples: list[tuple[int, int, int]] = []  # (shard, local index, length)
-        for r_i, r in enumerate(self.readers):
-            for j in range(r.num_samples):
-                length = int(r.offsets[j + 1] - r.offsets[j])
-                self.samples.append((r_i, j, min(length, max_length)))
+        self.lengths = [min(n, max_length) for n in lengths]
         g = torch.Generator().manual_seed(seed)
-        perm = torch.randperm(len(self.samples), generator=g).tolist()
-        n_hold = round(holdout * len(self.samples))
-        if holdout > 0 and len(self.samples) > 1:
-            n_hold = max(1, min(n_hold, len(self.samples) - 1))
+        perm = torch.randperm(len(self.lengths), generator=g).tolist()
+        n_hold = round(holdout * len(self.lengths))
+        if holdout > 0 and len(self.lengths) > 1:
+            n_hold = max(1, min(n_hold, len(self.lengths) - 1))
         self.heldout = sorted(perm[:n_hold])
         self.train = sorted(perm[n_hold:])
         self.seed = seed
-
-    @property
-    def aux_layers(self) -> list[int]:
-        return list(self.index["aux_layers"])
 
     def epoch_batches(self, epoch: int, batch_size: int, batch_tokens: int,
                       rank: int = 0, world: int = 1) -> list[list[int]]:
@@ -76,19 +74,42 @@ class TrainData:
         batches: list[list[int]] = []
         span = max(batch_size * 16, 1)
         for start in range(0, len(order), span):
-            chunk = sorted(order[start:start + span], key=lambda i: self.samples[i][2])
+            chunk = sorted(order[start:start + span], key=lambda i: self.lengths[i])
             cur: list[int] = []
             width = 0
             for i in chunk:
-                w = max(width, self.samples[i][2])
+                w = max(width, self.lengths[i])
                 if cur and (len(cur) >= batch_size or w * (len(cur) + 1) > batch_tokens):
                     batches.append(cur)
-                    cur, w = [], self.samples[i][2]
+                    cur, w = [], self.lengths[i]
                 cur.append(i)
                 width = w
             if cur:
                 batches.append(cur)
         return batches
+
+
+class TrainData(SampleSplit):
+    """Batches read from hidden-state shards, samples in tokens-file order (so the batches
+    do not depend on how the data was sharded)."""
+
+    def __init__(self, hidden_dir: Path, *, seed: int, holdout: float, max_length: int):
+        self.index, infos = list_shards(Path(hidden_dir))
+        self.readers = [ShardReader(i.path) for i in infos]
+        entries = []
+        for r_i, r in enumerate(self.readers):
+            for j in range(r.num_samples):
+                length = int(r.offsets[j + 1] - r.offsets[j])
+                entries.append((int(r.sample_index[j]), r_i, j, length))
+        entries.sort()
+        self.samples: list[tuple[int, int, int]] = [  # (shard, local index, length)
+            (r_i, j, min(length, max_length)) for _, r_i, j, length in entries]
+        super().__init__([length for *_, length in entries], seed=seed, holdout=holdout,
+                         max_length=max_length)
+
+    @property
+    def aux_layers(self) -> list[int]:
+        return list(self.index["aux_layers"])
 
     def load(self, batch: list[int], pin: bool = False) -> Batch:
         rows = []

@@ -45,6 +45,7 @@ from pipeline.actions import (
     print_checks,
     write_result,
 )
+from pipeline.eagle3.placement import add_placement_args
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.verify"
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", choices=DTYPES,
                    help="compute dtype of the functional checks (float32 keeps greedy "
                         "ties rare; auto is bf16 on a GPU)")
+    add_placement_args(p, tp=False)
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's choice)")
     p.add_argument("--seed", type=int, default=0, help="seed of the untrained baseline")
     p.add_argument("--vllm-python", default=None,
@@ -170,12 +172,15 @@ def _functional(args: argparse.Namespace, checkpoint: Path, layout: Any,
     import torch
 
     from pipeline.eagle3.checks_functional import FunctionalSettings, run_functional
-    from pipeline.eagle3.common import load_tokenizer, load_verifier, pick_device, pick_dtype
+    from pipeline.eagle3.common import load_tokenizer, pick_device, pick_dtype
     from pipeline.eagle3.heldout import load_heldout
+    from pipeline.eagle3.memory_plan import Workload, load_placed
+    from pipeline.eagle3.placement import placement_from_args
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = pick_device(args.device)
+    placement = placement_from_args(args, pick_device(args.device))
+    device = placement.device
     dtype = pick_dtype(args.dtype, device)
     if device.type == "cuda" and dtype == torch.float32:
         # Exact fp32 matmuls: TF32 rounding would make greedy ties (and mismatches) likelier.
@@ -186,9 +191,13 @@ def _functional(args: argparse.Namespace, checkpoint: Path, layout: Any,
                                    exclude=args.exclude)
     result.metrics["heldout"] = {**counts, "used": len(prompts), "data": str(args.data)}
     log(f"[verify] {len(prompts)} held-out prompts from {args.data} ({counts['excluded']} "
-        f"excluded as training data); verifier on {device} in "
+        f"excluded as training data); verifier {placement.describe()} in "
         f"{str(dtype).removeprefix('torch.')}")
-    verifier = load_verifier(Path(args.verifier), device, dtype)
+    longest = max(len(p.ids) for p in prompts) + args.max_new_tokens + args.k + 1
+    work = Workload(batch=1, seq=longest, kv_tokens=longest, logits_rows=longest)
+    # The functional checks read the embedding and lm_head weights themselves.
+    verifier = load_placed(Path(args.verifier), dtype, placement, work, log,
+                           keep=["model.embed_tokens", "lm_head"]).model
     settings = FunctionalSettings(k=args.k, max_new_tokens=args.max_new_tokens,
                                   seed=args.seed, min_gain=args.min_gain,
                                   baselines_free_running=args.baselines_free_running,

@@ -99,3 +99,72 @@ def tiny_trained(tiny_data, tmp_path_factory) -> dict[str, Any]:
     result = ok(train, root, hidden_states=tiny_data["hidden"], verifier=tiny_data["verifier"],
                 vocab=tiny_data["vocab"], out=root / "run", **TRAIN_PARAMS)
     return {"dir": root / "run", "result": result, **tiny_data}
+
+
+ARCH_VERIFIER = {"prompts": 12, "seed": 0, "vocab_size": 400, "corpus_files": 6,
+                 "hidden_size": 64, "layers": 7, "heads": 4, "kv_heads": 2,
+                 "intermediate_size": 128, "train_samples": 200, "steps": 12,
+                 "batch_size": 8, "check_prompts": 0,
+                 "device": "cpu"}
+
+
+@pytest.fixture(scope="session")
+def arch_pipeline(tmp_path_factory):
+    """``get(arch)``: a tiny verifier of ``arch`` (``deepseek_v3``: MLA with LoRA-ranked q/kv,
+    a first dense layer, 4 routed experts + a shared one; ``qwen3``) built from its config by
+    the verifier stage, and its data through tokenize -> hidden_states -> vocab, built on
+    first use and kept for the session."""
+    from pipeline.eagle3 import hidden_states, tokenize, verifier, vocab
+
+    cache: dict[str, dict[str, Any]] = {}
+
+    def get(arch: str) -> dict[str, Any]:
+        if arch in cache:
+            return cache[arch]
+        root = tmp_path_factory.mktemp(f"arch-{arch}")
+        ok(verifier, root, out=root / "verifier", prompts_out=root / "prompts.jsonl",
+           arch=arch, **ARCH_VERIFIER)
+        v = root / "verifier"
+        samples = write_jsonl(root / "generated" / "samples.jsonl", synthetic_samples(96, 1))
+        ok(tokenize, root, samples=samples, verifier=v, out=root / "tokens")
+        hs = ok(hidden_states, root, tokens=root / "tokens", verifier=v, out=root / "hidden",
+                shard_tokens=4000, batch_tokens=2048, device="cpu", dtype="float32")
+        ok(vocab, root, freqs=root / "tokens", verifier=v, draft_vocab=128,
+           out=root / "vocab.safetensors")
+        cache[arch] = {"root": root, "verifier": v, "tokens": root / "tokens",
+                       "hidden": root / "hidden", "vocab": root / "vocab.safetensors",
+                       "prompts": root / "prompts.jsonl", "samples": samples,
+                       "hidden_result": hs}
+        return cache[arch]
+
+    return get
+
+
+# A functional verify small enough for a loaded 2-core machine.
+VERIFY_SMALL = {"samples": 2, "max_new_tokens": 12, "k": 3, "device": "cpu", "threads": 2,
+                "probe": False, "baselines_free_running": False}
+
+
+@pytest.fixture(scope="session")
+def arch_trained(arch_pipeline, tmp_path_factory):
+    """``get(arch)``: :func:`arch_pipeline`'s data plus one epoch of drafter training and
+    its export (eagle format, bf16)."""
+    from pipeline.eagle3 import export, train
+
+    cache: dict[str, dict[str, Any]] = {}
+
+    def get(arch: str) -> dict[str, Any]:
+        if arch not in cache:
+            d = arch_pipeline(arch)
+            root = tmp_path_factory.mktemp(f"trained-{arch}")
+            res = ok(train, root, hidden_states=d["hidden"], verifier=d["verifier"],
+                     vocab=d["vocab"], out=root / "train", epochs=1, ttt_steps=3, lr=0.003,
+                     batch_size=16, batch_tokens=2048, holdout=0.1, device="cpu",
+                     log_every=1000)
+            ok(export, root, checkpoint=root / "train", out=root / "drafter", format="eagle",
+               dtype="bfloat16")
+            cache[arch] = {**d, "train": root / "train", "drafter": root / "drafter",
+                           "train_result": res}
+        return cache[arch]
+
+    return get

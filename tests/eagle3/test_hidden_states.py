@@ -16,7 +16,7 @@ from pipeline.eagle3.shards import ShardReader, list_shards, validate_shard
 from pipeline.eagle3.train_data import TrainData
 from pipeline.errors import ActionError
 
-from .conftest import run_stage
+from .conftest import ok, run_stage
 
 pytestmark = pytest.mark.ml
 
@@ -158,11 +158,12 @@ def test_verifier_directory_without_config_or_weights(tiny_data, tmp_path, remov
         assert rc == 1 and result.error.startswith(f"{broken}: {message}")
 
 
-def test_streaming_shard_is_a_valid_safetensors_file(tmp_path, monkeypatch):
+@pytest.mark.parametrize("method", ["pwrite", "mmap"])
+def test_streaming_shard_is_a_valid_safetensors_file(tmp_path, monkeypatch, method):
     """The in-place writer, with pieces small enough that the parallel path runs."""
     from safetensors.torch import load_file
 
-    from pipeline.eagle3 import shards
+    from pipeline.eagle3 import shard_writer as shards
 
     monkeypatch.setattr(shards, "WRITE_PIECE", 64)
     torch.manual_seed(0)
@@ -173,11 +174,13 @@ def test_streaming_shard_is_a_valid_safetensors_file(tmp_path, monkeypatch):
              "input_ids": torch.arange(rows, dtype=torch.int32),
              "loss_mask": (torch.arange(rows) % 2).to(torch.uint8)}
     writer = shards.StreamingShard(tmp_path / "s.safetensors", rows=rows, hidden=hidden,
-                                   dtype=torch.bfloat16, small=small, meta={"format": "x"})
+                                   dtype=torch.bfloat16, small=small, meta={"format": "x"},
+                                   method=method)
     assert not (tmp_path / "s.safetensors").exists()  # only the temporary name until close
     writer.write_rows(20, aux[20:], last[20:])  # batches may land in any order
     writer.write_rows(0, aux[:20], last[:20])
     writer.close()
+    assert writer.stats.bytes == rows * 4 * hidden * 2 and writer.stats.active > 0
     back = load_file(str(tmp_path / "s.safetensors"))
     assert torch.equal(back["aux"], aux) and torch.equal(back["last"], last)
     for key, value in small.items():
@@ -186,3 +189,105 @@ def test_streaming_shard_is_a_valid_safetensors_file(tmp_path, monkeypatch):
         shards.StreamingShard(tmp_path / "t.safetensors", rows=2, hidden=hidden,
                               dtype=torch.bfloat16, small=small, meta={}).write_rows(
             1, aux[:2], last[:2])
+
+
+def test_choose_aux_layers_sorts_and_refuses_repeats():
+    from pipeline.eagle3.common import choose_aux_layers
+
+    assert choose_aux_layers(None, 32, "v") == ([2, 16, 29], "")
+    ids, note = choose_aux_layers([29, 2, 16], 32, "v")
+    assert ids == [2, 16, 29] and "sorted to [2, 16, 29]" in note and "ascending" in note
+    with pytest.raises(ActionError, match=r"repeat an id for a 6-layer verifier") as err:
+        choose_aux_layers(None, 6, "v/config.json")  # vLLM's default is [2, 3, 3] here
+    assert str(err.value).startswith("v/config.json: vLLM's default aux layers")
+    with pytest.raises(ActionError, match=r"aux layer ids \[1, 4, 1\] repeat an id"):
+        choose_aux_layers([1, 4, 1], 7, "v")
+    with pytest.raises(ActionError, match="a list of three integers"):
+        choose_aux_layers([1, 2], 7, "v")
+    with pytest.raises(ActionError, match="a list of three integers"):
+        choose_aux_layers([1, 2, True], 7, "v")
+
+
+def test_unsorted_aux_layers_are_stored_ascending(tiny_data, tmp_path, capsys):
+    res = ok(hidden_states, tmp_path, tokens=tiny_data["tokens"], verifier=tiny_data["verifier"],
+             out=tmp_path / "h", aux_layers=[5, 1, 3], limit=20, device="cpu",
+             dtype="float32")
+    assert res.metrics["aux_layers"] == [1, 3, 5]
+    index, shards = list_shards(tmp_path / "h")
+    assert index["aux_layers"] == [1, 3, 5]
+    assert ShardReader(shards[0].path).aux_layers == [1, 3, 5]
+    assert capsys.readouterr().out.count("sorted to [1, 3, 5]") == 1
+    rc, result = run_stage(hidden_states, tmp_path, tokens=tiny_data["tokens"],
+                           verifier=tiny_data["verifier"], out=tmp_path / "d",
+                           aux_layers=[2, 2, 4], device="cpu")
+    assert rc == 1 and "repeat an id" in result.error
+
+
+def test_a_slow_disk_is_reported_as_the_bottleneck(tiny_data, tmp_path, monkeypatch, capsys):
+    """A disk that only takes a batch once the forward is already waiting for a buffer
+    (and then takes 0.5 s): the stage measures the wait and says the disk is the
+    bottleneck, however fast or slow this machine runs the forward."""
+    import threading
+    import time
+
+    from pipeline.eagle3 import shard_writer
+
+    waiting = threading.Event()
+    real_write = shard_writer.StreamingShard._write_piece
+    real_buffer = shard_writer.WritePipeline.buffer
+    real_close = shard_writer.WritePipeline.close
+
+    def slow_write(self, t, at):
+        waiting.wait()
+        time.sleep(0.5)
+        real_write(self, t, at)
+
+    def buffer(self):
+        if self._free.empty():
+            waiting.set()  # the forward waits now: let the disk go
+        got = real_buffer(self)
+        waiting.clear()
+        return got
+
+    def close(self):
+        waiting.set()
+        shard_writer.StreamingShard._write_piece = real_write
+        real_close(self)
+
+    monkeypatch.setattr(shard_writer.StreamingShard, "_write_piece", slow_write)
+    monkeypatch.setattr(shard_writer.WritePipeline, "buffer", buffer)
+    monkeypatch.setattr(shard_writer.WritePipeline, "close", close)
+    res = ok(hidden_states, tmp_path, tokens=tiny_data["tokens"], verifier=tiny_data["verifier"],
+             out=tmp_path / "h", limit=60, batch_tokens=512, write_buffers=2, device="cpu",
+             dtype="float32")
+    m = res.metrics
+    assert m["write_stall_seconds"] >= 0.5 * 5  # at least 5 waits of at least 0.5 s
+    assert m["disk_bound"] is True and m["write_stall_share"] > 0.1
+    assert m["written_gb"] > 0 and m["write_gb_s"] > 0 and m["write_method"] == "pwrite"
+    assert "the disk is the bottleneck" in capsys.readouterr().out
+    assert _same_rows(tmp_path / "h", tiny_data["hidden"], limit=60)
+
+
+def _same_rows(a, b, limit):
+    """The first ``limit`` samples of two hidden-state directories hold the same states (up
+    to the rounding of other batch shapes)."""
+    def by_sample(d):
+        out = {}
+        for info in list_shards(d)[1]:
+            r = ShardReader(info.path)
+            for j, i in enumerate(r.sample_index.tolist()):
+                if i < limit:
+                    out[i] = r.sample(j)["aux"]
+        return out
+
+    x, y = by_sample(a), by_sample(b)
+    return x.keys() == y.keys() and all(torch.allclose(x[k], y[k], atol=1e-5) for k in x)
+
+
+def test_mmap_writes_give_the_same_shards(tiny_data, tmp_path):
+    ok(hidden_states, tmp_path, tokens=tiny_data["tokens"], verifier=tiny_data["verifier"],
+       out=tmp_path / "h", shard_tokens=4000, batch_tokens=2048, device="cpu",
+       dtype="float32", write_method="mmap", write_buffers=3)
+    for a, b in zip(sorted(tiny_data["hidden"].glob("shard-*")),
+                    sorted((tmp_path / "h").glob("shard-*")), strict=True):
+        assert a.read_bytes() == b.read_bytes()
