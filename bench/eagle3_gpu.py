@@ -261,7 +261,7 @@ def make_trainer(tiny: bool, steps: int, device, attn: str, compile_loss_on: boo
     target_head = torch.randn(draft_vocab, cfg.hidden_size, device=device) * 0.02
     model = ttt.TTTLoss(drafter, target_head, steps, attn_impl=attn)
     if ddp:
-        from pipeline.eagle3.train import wrap_ddp
+        from pipeline.eagle3.distributed import wrap_ddp
 
         model = wrap_ddp(model, device.index)
     params = drafter.trainable_parameters()
