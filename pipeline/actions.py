@@ -72,7 +72,7 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
                      "filled_unseen", "coverage", "masked_tokens"),
     "eagle3.train": ("heldout_acc_pos*", "est_acceptance_length", "epochs_done",
                      "train_seconds", "train_tokens_per_s", "world_size", "first_step_loss",
-                     "offline_bytes_avoided"),
+                     "loss_curve", "offline_bytes_avoided"),
     "eagle3.export": ("tensors", "draft_vocab_size", "aux_layer_ids",
                       "round_trip_max_abs_diff", "bytes"),
     "eagle3.verify": (

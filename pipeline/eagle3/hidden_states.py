@@ -51,7 +51,7 @@ from pipeline.eagle3.common import (
     verifier_config,
 )
 from pipeline.eagle3.datafiles import read_tokens
-from pipeline.eagle3.memory_plan import Workload, load_placed
+from pipeline.eagle3.memory_plan import Workload, load_placed, measured_peaks, peaks_line
 from pipeline.eagle3.placement import add_placement_args, placement_from_args
 from pipeline.eagle3.shard_writer import WRITE_METHODS, StreamingShard, WritePipeline
 from pipeline.eagle3.shards import INDEX, SHARD_FORMAT, shard_name, validate_shard
@@ -229,6 +229,11 @@ def run(args: argparse.Namespace) -> StageResult:
                         on_shard=lambda i: (finished.append(i), write_index(finished)),
                         writes=writes)
         result.metrics.update(stats)
+        peaks = measured_peaks()
+        if peaks:
+            result.metrics["device_peak_gib"] = peaks
+            if writes:
+                log(f"[hidden_states] {peaks_line(peaks, placed.plan)}")
     if not writes:
         return result
     write_index(finished)

@@ -393,3 +393,26 @@ def load_placed(verifier: Path, dtype: Any, placement: Placement, work: Workload
                   placement)
 
 
+
+
+def measured_peaks() -> dict[str, float]:
+    """GiB each CUDA device of this process held at its peak (torch's allocator), to set
+    beside the plan: an empty dict on a machine without CUDA or before any allocation."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    peaks = {f"cuda:{i}": torch.cuda.max_memory_allocated(i) / 2 ** 30
+             for i in range(torch.cuda.device_count())}
+    return {d: round(g, 3) for d, g in peaks.items() if g > 0}
+
+
+def peaks_line(peaks: dict[str, float], plan: MemoryPlan) -> str:
+    """``peak memory: cuda:0 12.1 GiB (plan 11.8), cuda:1 11.9 GiB (plan 11.8)``."""
+    planned = {d.device: d for d in plan.devices}
+
+    def one(dev: str, got: float) -> str:
+        p = planned.get(dev) or planned.get(dev.removeprefix("cuda:"))
+        want = f" (plan {gib(p.total)})" if p is not None else ""
+        return f"{dev} {got:.2f} GiB{want}"
+    return "peak memory: " + ", ".join(one(d, g) for d, g in peaks.items())

@@ -35,7 +35,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -46,9 +45,9 @@ from pipeline.eagle3.common import (
     atomic_write_text,
     guard_config,
     log,
-    pick_device,
     pick_dtype,
 )
+from pipeline.eagle3.distributed import Dist, wrap_ddp
 from pipeline.eagle3.placement import add_placement_args
 from pipeline.errors import ActionError
 
@@ -109,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     add_placement_args(p, tp=False)
     p.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
+    p.add_argument("--loss-curve", type=int, default=0, metavar="N",
+                   help="record the loss of the first N optimizer steps, averaged over all "
+                        "ranks, as the result's loss_curve (one sync per recorded step); "
+                        "compares runs of different world sizes at the same global batch")
     p.add_argument("--min-acc1", type=float, default=0.0,
                    help="fail unless held-out position-1 accuracy reaches this")
     return p
@@ -116,83 +119,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _file_digest(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
-
-
-class Dist:
-    """torchrun's environment, or a single process."""
-
-    def __init__(self, device_arg: str):
-        import torch
-
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        if self.world > 1:
-            import torch.distributed as dist
-
-            if torch.cuda.is_available() and device_arg in ("auto", "cuda"):
-                torch.cuda.set_device(self.local_rank)
-                self.device = torch.device("cuda", self.local_rank)
-                backend = "nccl"
-            else:
-                self.device = torch.device("cpu")
-                backend = "gloo"
-            dist.init_process_group(backend)
-        else:
-            self.device = pick_device(device_arg)
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def all_sum(self, t):
-        if self.world > 1:
-            import torch.distributed as dist
-
-            dist.all_reduce(t)
-        return t
-
-    def same_everywhere(self, t) -> bool:
-        """True when ``t`` holds the same values on every rank (DDP kept them in step)."""
-        if self.world == 1:
-            return True
-        import torch.distributed as dist
-
-        hi, lo = t.clone(), t.clone()
-        dist.all_reduce(hi, op=dist.ReduceOp.MAX)
-        dist.all_reduce(lo, op=dist.ReduceOp.MIN)
-        return bool((hi == lo).all())
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            import torch.distributed as dist
-
-            dist.barrier()
-
-    def close(self) -> None:
-        """Destroy the process group, after collecting the run's cyclic garbage (drop
-        the DDP wrapper first): what is left to interpreter shutdown can take the rank
-        down with std::terminate (bench/ddp_exit.py)."""
-        if self.world > 1:
-            import gc
-
-            import torch.distributed as dist
-
-            gc.collect()
-            dist.destroy_process_group()
-
-
-def wrap_ddp(model, device_index: int | None):
-    """DDP around the loss module, without re-broadcasting buffers every step: the only
-    buffer is the frozen target head, identical on every rank."""
-    import inspect
-
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    # The flag was renamed in recent torch; older ones (the GPU image's) know the old name.
-    no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in
-               inspect.signature(DDP.__init__).parameters else {"broadcast_buffers": False})
-    return DDP(model, device_ids=[device_index] if device_index is not None else None, **no_sync)
 
 
 def build_drafter(args: argparse.Namespace, vcfg: dict[str, Any], aux_layers: list[int]):
@@ -389,6 +315,7 @@ def run(args: argparse.Namespace) -> StageResult:
         f"params, {device}, world {dist.world}")
     train_tokens = 0
     first_loss: float | None = None
+    curve: list[float] = []
     t_train = time.perf_counter()
     for epoch in range(start_epoch, last_epoch):
         drafter.train()
@@ -410,6 +337,8 @@ def run(args: argparse.Namespace) -> StageResult:
                 loss.backward()
                 if first_loss is None and epoch == 0 and i == 0:
                     first_loss = float(loss.detach())  # one sync, for comparisons
+                if len(curve) < args.loss_curve:
+                    curve.append(float(dist.all_sum(loss.detach().clone())) / dist.world)
                 torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
                 optimizer.step()
                 scheduler.step()
@@ -464,12 +393,19 @@ def run(args: argparse.Namespace) -> StageResult:
     result.metrics["epochs_done"] = history[-1]["epoch"] if history else 0
     if first_loss is not None:
         result.metrics["first_step_loss"] = first_loss
+    if curve:
+        result.metrics["loss_curve"] = [round(x, 5) for x in curve]
     result.metrics["data"] = "online" if args.online else "shards"
     if args.online:
         data.close()
         result.metrics["memory_plan"] = data.plan.to_json()
         result.metrics["offline_bytes_avoided"] = data.offline_bytes
     result.metrics["train_seconds"] = round(time.perf_counter() - t_train, 2)
+    from pipeline.eagle3.memory_plan import measured_peaks
+
+    peaks = measured_peaks()  # this rank's devices: the verifier's too, online
+    if peaks:
+        result.metrics["device_peak_gib"] = peaks
     if train_tokens:
         result.metrics["train_tokens_per_s"] = round(
             train_tokens * dist.world / result.metrics["train_seconds"], 1)
