@@ -168,10 +168,32 @@ def drafter_mfu(train_dir: Path, tokens_dir: Path, metrics: dict, peak: float | 
     return flops / 1e12 / peak
 
 
-def section_split(args, work: Path, rows: list, record: dict) -> None:
-    """Single device against --max-memory that forces a split, same tokens."""
+def compare_shards(one: Path, two: Path) -> dict[str, Any]:
+    """Two hidden_states outputs of the same tokens, state by state: the largest
+    difference, the largest state, bit-identical or not, within bf16 tolerance or not."""
     from pipeline.eagle3.shards import ShardReader, list_shards
 
+    worst, scale, identical, within = 0.0, 0.0, True, True
+    _, sa = list_shards(one)
+    _, sb = list_shards(two)
+    for x, y in zip(sa, sb, strict=True):
+        ra, rb = ShardReader(x.path), ShardReader(y.path)
+        n = int(ra.offsets[-1])
+        for key in ("aux", "last"):
+            a, b = ra.rows(key, 0, n).float(), rb.rows(key, 0, n).float()
+            worst = max(worst, float((a - b).abs().max()))
+            scale = max(scale, float(a.abs().max()))
+            identical &= torch.equal(a, b)
+            try:
+                torch.testing.assert_close(b, a, rtol=1.6e-2, atol=1e-2 * float(a.abs().mean()))
+            except AssertionError:
+                within = False
+    return {"max_abs_diff": worst, "max_abs": scale, "bit_identical": identical,
+            "within_bf16": within}
+
+
+def section_split(args, work: Path, rows: list, record: dict) -> None:
+    """Single device against --max-memory that forces a split, same tokens."""
     verifier, tokens = work / "verifier", work / "data" / "tokens"
     if not (verifier / "config.json").exists() or not tokens.exists():
         rows.append({"name": "split", "note": "skipped: run the pipeline section first"})
@@ -200,21 +222,9 @@ def section_split(args, work: Path, rows: list, record: dict) -> None:
         return
     plan = two["metrics"].get("memory_plan", {})
     placed = {d["device"]: d["layers"] for d in plan.get("devices", [])}
-    worst, scale, identical, within = 0.0, 0.0, True, True
-    _, sa = list_shards(bench / "one")
-    _, sb = list_shards(bench / "two")
-    for x, y in zip(sa, sb, strict=True):
-        ra, rb = ShardReader(x.path), ShardReader(y.path)
-        n = int(ra.offsets[-1])
-        for key in ("aux", "last"):
-            a, b = ra.rows(key, 0, n).float(), rb.rows(key, 0, n).float()
-            worst = max(worst, float((a - b).abs().max()))
-            scale = max(scale, float(a.abs().max()))
-            identical &= torch.equal(a, b)
-            try:
-                torch.testing.assert_close(b, a, rtol=1.6e-2, atol=1e-2 * float(a.abs().mean()))
-            except AssertionError:
-                within = False
+    cmp = compare_shards(bench / "one", bench / "two")
+    worst, scale, identical, within = (cmp["max_abs_diff"], cmp["max_abs"],
+                                       cmp["bit_identical"], cmp["within_bf16"])
     rows.append({"name": f"split {label} vs one device: hidden states",
                  "value": worst, "note": f"max |diff| (max |state| {scale:.3g}); "
                  f"{'bit-identical' if identical else 'not bit-identical'}; "

@@ -8,7 +8,7 @@ script reports the stages' own checks. Prints each stage's output, then a table
 of wall times and verdicts, and the drafter's held-out per-position accuracy.
 
     python scripts/eagle3_tiny.py [--spec examples/eagle3-tiny.yaml] [--workdir DIR]
-                                  [--from STAGE] [--fresh] [--device cuda]
+                                  [--from STAGE] [--until STAGE] [--fresh] [--device cuda]
                                   [--set STAGE.KEY=VALUE ...] [--report FILE]
 
 ``--fresh`` renames an existing workdir aside (``DIR.old-<time>``) rather than deleting it.
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None,
                         help="default: the spec's hosts.local.workdir, relative to the cwd")
     parser.add_argument("--from", dest="start", default=None, help="skip the stages before")
+    parser.add_argument("--until", dest="stop", default=None, help="stop after this stage")
     parser.add_argument("--fresh", action="store_true",
                         help="move an existing workdir aside first")
     parser.add_argument("--device", default=None,
@@ -83,10 +84,13 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--set {item!r}: expected STAGE.KEY=VALUE with a stage of the "
                              f"spec ({', '.join(s['name'] for s in stages)})")
         match[0].setdefault("with", {})[key] = yaml.safe_load(value)
+    names = [s["name"] for s in stages]
+    for given in filter(None, (args.start, args.stop)):
+        if given not in names:
+            raise SystemExit(f"no stage {given!r}; stages: {', '.join(names)}")
+    if args.stop:
+        stages = stages[:names.index(args.stop) + 1]
     if args.start:
-        names = [s["name"] for s in stages]
-        if args.start not in names:
-            raise SystemExit(f"no stage {args.start!r}; stages: {', '.join(names)}")
         stages = stages[names.index(args.start):]
     rows = []
     t_all = time.perf_counter()
