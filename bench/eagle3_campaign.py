@@ -99,14 +99,17 @@ def section_pipeline(args, work: Path, peak: float | None, rows: list, record: d
            "--workdir", str(work), "--fresh", "--report", str(report)]
     if args.tiny:
         cmd += ["--device", "cpu"] + [x for s in TINY_SET for x in ("--set", s)]
+    # The log is written as the stages run, so that a run stopped at a time limit still
+    # says how far it got.
+    log = args.out / "h200-pipeline.log"
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True)
+    with log.open("w") as fh:
+        subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+                       stdout=fh, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - t0
-    (args.out / "h200-pipeline.log").write_text(proc.stdout + proc.stderr)
     if not report.exists():
         rows.append({"name": "pipeline eagle3-h200.yaml", "note": "failed: " + " | ".join(
-            (proc.stderr or proc.stdout).strip().splitlines()[-2:])})
+            log.read_text().strip().splitlines()[-2:])})
         return
     rep = json.loads(report.read_text())
     for st in rep["stages"]:
@@ -314,7 +317,7 @@ def section_writes(args, rows: list, record: dict) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="eagle3-writes-"))
     targets = [workdir] + ([Path(tempfile.mkdtemp(dir="/dev/shm"))]
                            if Path("/dev/shm").is_dir() and not args.tiny else [])
-    b, s, n = (2, 64, 3) if args.tiny else (8, 2048, 6)
+    b, s, n = (2, 64, 3) if args.tiny else (8, 2048, 12)
     got = bench_extract(device, args.tiny, b, s, n, workdir, targets)
     for r in got:
         rows.append({"name": r["name"], "value": r.get("tokens_s"), "unit": "tokens/s",
