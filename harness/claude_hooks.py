@@ -35,13 +35,13 @@ every error, logs it to ``<data dir>/logs/hooks.log`` and exits 0.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.agent_context import CONTEXT_EVENTS, context_event
 from harness.context import Harness
 from harness.errors import InputError
 from harness.formats import ViewItem
@@ -53,8 +53,6 @@ TASK_VIEW = ACTOR + "/tasks"
 TASK_FORMAT = "claude-tasks"
 TASK_STATUSES = ("pending", "in_progress", "completed")
 TODO_TOOLS = ("TodoWrite", "TaskCreate", "TaskUpdate")
-CONTEXT_KIND = "agent.context"
-SESSION_SOURCES = ("startup", "resume", "clear", "compact")
 LIST_ENV = "CLAUDE_CODE_TASK_LIST_ID"
 
 
@@ -109,14 +107,8 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     if not isinstance(payload, Mapping):
         raise InputError(f"hook payload must be a JSON object, not {type(payload).__name__}")
     event = payload.get("hook_event_name")
-    if event == "SessionStart":
-        source = payload.get("source")
-        if source in SESSION_SOURCES:
-            record_cut(harness, payload, str(source), actor=actor)
-        return session_start(harness)
-    if event in ("PreCompact", "PostCompact"):
-        record_cut(harness, payload, "compact", actor=actor, phase=event)
-        return None
+    if event in CONTEXT_EVENTS:
+        return context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
     if event == "TaskCreated":
         task_created(harness, payload, actor=actor)
         return None
@@ -148,71 +140,10 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     return None
 
 
-# -- the list back, and the cuts in the history ----------------------------------------------
+# -- the list back after a cut (harness.agent_context) --------------------------------------
 
 RESTORE_TAIL = ("Kept by todo-harness across compactions, clears and restarts; your "
                 "TodoWrite and Task calls update it. Carry on from here.")
-
-
-def session_start(harness: Harness) -> str | None:
-    from harness.agent import prompt_block
-
-    sess = harness.session(create=True)
-    todos = sorted(harness.store.todos(sess.id), key=lambda t: (t.position, t.num))
-    if not todos:
-        return None  # nothing to restore; say nothing rather than add noise
-    block = prompt_block(todos, sess.name, tail=RESTORE_TAIL)
-    return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
-                                              "additionalContext": block}},
-                      ensure_ascii=False)
-
-
-def record_cut(harness: Harness, payload: Mapping[str, Any], cut: str, *, actor: str,
-               phase: str | None = None) -> bool:
-    """One ``agent.context`` event per cut of the agent's context. A compaction reaches
-    us up to three times (PreCompact, PostCompact, SessionStart ``compact``): the first
-    is recorded, the others find it last in the history and add nothing."""
-    claude_session = str(payload.get("session_id") or "")
-    data: dict[str, Any] = {"agent": actor.removeprefix("agent:"), "cut": cut,
-                            "agent_session": claude_session}
-    trigger = payload.get("trigger")
-    if isinstance(trigger, str) and trigger:
-        data["trigger"] = trigger  # manual (/compact) or auto
-    if phase:
-        data["hook"] = phase
-    sid = harness.session(create=True).id
-    with harness.store.write(sid, actor) as tx:
-        last = _last_event(tx)
-        if (last is not None and last[0] == CONTEXT_KIND
-                and last[1].get("agent_session") == claude_session
-                and last[1].get("cut") == cut):
-            return False
-        tx.emit(CONTEXT_KIND, payload=data)
-        forget_view(tx, actor)
-        return True
-
-
-def forget_view(tx: Tx, actor: str) -> None:
-    """After a cut the agent's whole-list writes start from what the new context holds,
-    not from what the old one knew: the first list it writes then removes nothing it
-    leaves out (the silent deletions after compaction and /clear that Claude Code's users
-    report). Its items still match the stored ones by text, so nothing is duplicated."""
-    text = tx.agent_view_text(actor)
-    if not text:
-        return
-    try:
-        fmt = json.loads(text).get("format")
-    except (ValueError, AttributeError):
-        fmt = None
-    tx.set_agent_view(actor, {"format": fmt, "n": tx.state.n, "items": []})
-
-
-def _last_event(tx: Tx) -> tuple[str, dict[str, Any]] | None:
-    if not tx.state.n:
-        return None
-    row = tx.fetch_one("SELECT kind, payload FROM events WHERE session_id = ? AND n = ?",
-                       tx.session_id, tx.state.n)
-    return (row[0], json.loads(row[1])) if row else None
 
 
 # -- the per-task tools ---------------------------------------------------------------
