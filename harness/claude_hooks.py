@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.agent_context import CONTEXT_EVENTS, context_event
+from harness.claude_task_map import TASK_STATUSES, create_task, load_map, save_map, status_change
 from harness.context import Harness
 from harness.errors import InputError
 from harness.formats import ViewItem
@@ -49,9 +50,6 @@ from harness.paths import find_project_store
 from state.store import Tx
 
 ACTOR = "agent:claude-code"
-TASK_VIEW = ACTOR + "/tasks"
-TASK_FORMAT = "claude-tasks"
-TASK_STATUSES = ("pending", "in_progress", "completed")
 TODO_TOOLS = ("TodoWrite", "TaskCreate", "TaskUpdate")
 LIST_ENV = "CLAUDE_CODE_TASK_LIST_ID"
 
@@ -148,25 +146,6 @@ RESTORE_TAIL = ("Kept by todo-harness across compactions, clears and restarts; y
 
 # -- the per-task tools ---------------------------------------------------------------
 
-def _task_map(tx: Tx) -> list[ViewItem]:
-    view = tx.agent_view(TASK_VIEW)
-    if not isinstance(view, dict) or not isinstance(view.get("items"), list):
-        return []
-    out = []
-    for row in view["items"]:
-        try:
-            out.append(ViewItem(*row))
-        except TypeError:
-            continue  # a row we cannot read is a task we no longer know
-    return out
-
-
-def _save_map(tx: Tx, items: list[ViewItem]) -> None:
-    # Tasks removed from the store (by a person, or by the agent's own TodoWrite) drop out.
-    items = [v for v in items if v.num in tx.state.todos]
-    tx.set_agent_view(TASK_VIEW, {"format": TASK_FORMAT, "items": items})
-
-
 def _find(tasks: list[ViewItem], tx: Tx, list_id: str, task_id: str) -> int | None:
     """The index of Claude's task ``task_id`` of ``list_id`` in the map; a resumed or
     forked session's inherited task is found under the latest list that has that id."""
@@ -217,18 +196,6 @@ def _text(value: Any, name: str) -> str | None:
     return value
 
 
-def _create(tx: Tx, tasks: list[ViewItem], key: str, subject: str, active: str | None,
-            description: str | None, status: str = "pending") -> int | None:
-    if any(v.agent_id == key and v.num in tx.state.todos for v in tasks):
-        return None  # the same task delivered twice (TaskCreated, then PostToolUse)
-    todo = tx.create_todo(subject, active_form=active, origin="agent", status=status)
-    if description and description.strip() and description.strip() != subject.strip():
-        tx.emit("todo.noted", todo_id=todo.num, payload={"text": description})
-    tasks.append(ViewItem(todo.num, subject, status, None, active, key))
-    _save_map(tx, tasks)
-    return todo.num
-
-
 def task_create(harness: Harness, sid: int, list_id: str, tool_input: Mapping[str, Any],
                 response: Any, *, actor: str = ACTOR, ref: str | None = None) -> int | None:
     subject = _text(tool_input.get("subject"), "TaskCreate.subject")
@@ -237,7 +204,7 @@ def task_create(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
     active = _text(tool_input.get("activeForm"), "TaskCreate.activeForm")
     description = _text(tool_input.get("description"), "TaskCreate.description")
     with harness.store.write(sid, actor, ref=ref) as tx:
-        tasks = _task_map(tx)
+        tasks = load_map(tx)
         task_id = created_task_id(response)
         if task_id is None:
             # Claude numbers a list's tasks 1, 2, 3...: the next one is a safe guess.
@@ -245,7 +212,8 @@ def task_create(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
                     and v.agent_id.startswith(list_id + ":")
                     and v.agent_id.rsplit(":", 1)[1].isdigit()]
             task_id = str(max(mine, default=0) + 1)
-        return _create(tx, tasks, f"{list_id}:{task_id}", subject, active, description)
+        return create_task(tx, tasks, f"{list_id}:{task_id}", subject, active_form=active,
+                           description=description)
 
 
 def _event_task(payload: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
@@ -264,8 +232,8 @@ def task_created(harness: Harness, payload: Mapping[str, Any], *,
         raise InputError("TaskCreated: missing task_subject")
     sid = harness.session(create=True).id
     with harness.store.write(sid, actor) as tx:
-        return _create(tx, _task_map(tx), f"{task_list(payload)}:{task_id}", subject, None,
-                       description)
+        return create_task(tx, load_map(tx), f"{task_list(payload)}:{task_id}", subject,
+                           description=description)
 
 
 def task_completed(harness: Harness, payload: Mapping[str, Any], *,
@@ -276,14 +244,14 @@ def task_completed(harness: Harness, payload: Mapping[str, Any], *,
     list_id = task_list(payload)
     sid = harness.session(create=True).id
     with harness.store.write(sid, actor) as tx:
-        tasks = _task_map(tx)
+        tasks = load_map(tx)
         idx = _find(tasks, tx, list_id, task_id)
         if idx is None:
             if not subject or not subject.strip():
                 raise InputError(f"TaskCompleted: task {task_id!r} was never seen and has "
                                  "no task_subject")
-            return _create(tx, tasks, f"{list_id}:{task_id}", subject, None, description,
-                           status="completed")
+            return create_task(tx, tasks, f"{list_id}:{task_id}", subject,
+                               description=description, status="completed")
         item = tasks[idx]
         assert item.num is not None
         todo = tx.todo(item.num)
@@ -292,7 +260,7 @@ def task_completed(harness: Harness, payload: Mapping[str, Any], *,
             changes["blocked_reason"] = None
         tx.update_todo(item.num, **changes)
         tasks[idx] = item._replace(status="completed")
-        _save_map(tx, tasks)
+        save_map(tx, tasks)
         return item.num
 
 
@@ -312,7 +280,7 @@ def task_update(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
     active = _text(tool_input.get("activeForm"), "TaskUpdate.activeForm")
     description = _text(tool_input.get("description"), "TaskUpdate.description")
     with harness.store.write(sid, actor, ref=ref) as tx:
-        tasks = _task_map(tx)
+        tasks = load_map(tx)
         idx = _find(tasks, tx, list_id, task_id)
         if idx is None:
             raise InputError(f"TaskUpdate: task {task_id!r} of Claude task list "
@@ -324,16 +292,9 @@ def task_update(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
         if status == "deleted":
             tx.remove_todo(item.num, reason=f"deleted by {actor} (TaskUpdate)")
             del tasks[idx]
-            _save_map(tx, tasks)
+            save_map(tx, tasks)
             return item.num
-        changes: dict[str, Any] = {}
-        # A status Claude did not change keeps ours, whoever set it; a blocked item is
-        # moved on only by starting or finishing it (harness/merge.py's rules).
-        if (status is not None and status != item.status
-                and not (todo.status == "blocked" and status == "pending")):
-            changes["status"] = status
-            if todo.status == "blocked":
-                changes["blocked_reason"] = None
+        changes = status_change(todo, item, status)
         if subject is not None and subject.strip() and subject != item.content:
             changes["content"] = subject
         if active is not None and active != item.active_form:
@@ -354,7 +315,7 @@ def task_update(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
                                    content=subject if subject else item.content,
                                    active_form=active if active is not None
                                    else item.active_form)
-        _save_map(tx, tasks)
+        save_map(tx, tasks)
         return item.num
 
 
