@@ -80,9 +80,7 @@ def hook_claude_code(ctx: click.Context, actor: str) -> None:
     `harness hook claude-code install` writes these hooks into .claude/settings.json.
     """
     if ctx.invoked_subcommand is None:
-        meta = ctx.find_root().meta
-        hot.hook("claude-code", db=meta.get("harness.db"), session=meta.get("harness.session"),
-                 actor=actor)
+        _run_hook("claude-code", actor)
 
 
 @hook_group.group("codex", invoke_without_command=True)
@@ -102,9 +100,7 @@ def hook_codex(ctx: click.Context, actor: str) -> None:
     `harness hook codex install` writes these hooks into .codex/hooks.json.
     """
     if ctx.invoked_subcommand is None:
-        meta = ctx.find_root().meta
-        hot.hook("codex", db=meta.get("harness.db"), session=meta.get("harness.session"),
-                 actor=actor)
+        _run_hook("codex", actor)
 
 
 @hook_group.command("opencode")
@@ -116,8 +112,14 @@ def hook_opencode(actor: str) -> None:
     {sessionID, todos}); the list is merged into the session. See
     examples/opencode-plugin/ for the plugin that calls this (and puts the list into
     opencode's compaction)."""
+    _run_hook("opencode", actor)
+
+
+def _run_hook(agent: str, actor: str) -> None:
+    """The hook's body, as the fast route runs it (:func:`harness.cli.hot.hook`), with the
+    global --db and --session click read."""
     meta = click.get_current_context().find_root().meta
-    hot.hook("opencode", db=meta.get("harness.db"), session=meta.get("harness.session"),
+    hot.hook(agent, db=meta.get("harness.db"), session=meta.get("harness.session"),
              actor=actor)
 
 
