@@ -18,7 +18,7 @@ from harness.errors import UsageError
 from harness.render import safe_line
 from harness.runner.ownership import ACTIVE, RUNNER, host_record, job_key, owner_alive, owner_id
 from harness.runner.supervise import Outcome, Supervisor
-from harness.services import service_of, service_stopped, stop_services
+from harness.services import stop_services, stopped_servers
 from pipeline.executor import Executor
 from pipeline.redact import secret_values
 from pipeline.spec import HostSpec, Pipeline, Stage
@@ -141,17 +141,13 @@ class Runner:
         """A completed stage whose server the harness has since stopped runs again when a
         stage in scope that needs it is still to run (a re-run after a blocked benchmark,
         or ``--only benchmark``): its todo goes back to pending, and into the scope."""
-        latest: dict[str, RunState] = {}
-        for r in self.store.runs(self.sid):
-            if r.state == "succeeded" and r.stage:
-                latest[r.stage] = r
+        stopped = stopped_servers(self.store.runs(self.sid))
         revived: set[str] = set()
         with self.store.write(self.sid, RUNNER) as tx:
             by_stage = {t.stage: t for t in tx.state.todos.values() if t.stage}
             for stage in self.spec.order():
-                t, r = by_stage.get(stage.name), latest.get(stage.name)
-                if t is None or r is None or t.status != "completed" \
-                        or service_of(r) is None or not service_stopped(r):
+                t, r = by_stage.get(stage.name), stopped.get(stage.name)
+                if t is None or r is None or t.status != "completed":
                     continue
                 waiting = [s for s in self.scope if stage.name in self.spec.stage(s).needs
                            and s in by_stage and by_stage[s].status in ("pending",
