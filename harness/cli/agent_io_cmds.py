@@ -7,7 +7,6 @@ The MCP SDK is imported only when `harness mcp` runs; the hooks themselves run t
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -15,6 +14,7 @@ import click
 from harness.cli import hot
 from harness.cli.common import common_options, harness
 from harness.errors import InputError
+from harness.paths import codex_home
 
 
 @click.command("mcp")
@@ -170,11 +170,6 @@ def install_codex(scope: str, dry_run: bool, command: str | None) -> None:
     _install("codex", scope, dry_run, command)
 
 
-def default_codex_dir() -> Path:
-    home = os.environ.get("CODEX_HOME")
-    return (Path(home).expanduser() if home else Path.home() / ".codex") / "sessions"
-
-
 @click.command("watch-codex")
 @click.argument("directory", required=False,
                 type=click.Path(file_okay=False, exists=True, path_type=Path))
@@ -198,7 +193,7 @@ def watch_codex(directory: Path | None, interval: float, once: bool, backfill: b
     """
     from harness.codex_watch import CodexWatcher
 
-    root = directory or default_codex_dir()
+    root = directory or codex_home() / "sessions"
     if not root.is_dir():
         raise InputError("no such directory", where=str(root),
                          hint="give the Codex sessions directory as an argument")
