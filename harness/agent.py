@@ -163,9 +163,6 @@ def _parse_view(text: str) -> ParsedView:
     return parsed
 
 
-READ_FORMATS = ("prompt", "json", "opencode", "claude", "codex")
-
-
 def todoread(store: Store, session_id: int, fmt: str = "prompt", *,
              session_name: str = "") -> str:
     todos = sorted(store.todos(session_id), key=lambda t: (t.position, t.num))

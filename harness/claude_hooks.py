@@ -35,13 +35,14 @@ every error, logs it to ``<data dir>/logs/hooks.log`` and exits 0.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.agent_context import CONTEXT_EVENTS, context_event
+from harness.claude_task_map import TASK_STATUSES, create_task, load_map, save_map, status_change
 from harness.context import Harness
 from harness.errors import InputError
 from harness.formats import ViewItem
@@ -49,12 +50,7 @@ from harness.paths import find_project_store
 from state.store import Tx
 
 ACTOR = "agent:claude-code"
-TASK_VIEW = ACTOR + "/tasks"
-TASK_FORMAT = "claude-tasks"
-TASK_STATUSES = ("pending", "in_progress", "completed")
 TODO_TOOLS = ("TodoWrite", "TaskCreate", "TaskUpdate")
-CONTEXT_KIND = "agent.context"
-SESSION_SOURCES = ("startup", "resume", "clear", "compact")
 LIST_ENV = "CLAUDE_CODE_TASK_LIST_ID"
 
 
@@ -109,14 +105,8 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     if not isinstance(payload, Mapping):
         raise InputError(f"hook payload must be a JSON object, not {type(payload).__name__}")
     event = payload.get("hook_event_name")
-    if event == "SessionStart":
-        source = payload.get("source")
-        if source in SESSION_SOURCES:
-            record_cut(harness, payload, str(source), actor=actor)
-        return session_start(harness)
-    if event in ("PreCompact", "PostCompact"):
-        record_cut(harness, payload, "compact", actor=actor, phase=event)
-        return None
+    if event in CONTEXT_EVENTS:
+        return context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
     if event == "TaskCreated":
         task_created(harness, payload, actor=actor)
         return None
@@ -148,93 +138,13 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     return None
 
 
-# -- the list back, and the cuts in the history ----------------------------------------------
+# -- the list back after a cut (harness.agent_context) --------------------------------------
 
 RESTORE_TAIL = ("Kept by todo-harness across compactions, clears and restarts; your "
                 "TodoWrite and Task calls update it. Carry on from here.")
 
 
-def session_start(harness: Harness) -> str | None:
-    from harness.agent import prompt_block
-
-    sess = harness.session(create=True)
-    todos = sorted(harness.store.todos(sess.id), key=lambda t: (t.position, t.num))
-    if not todos:
-        return None  # nothing to restore; say nothing rather than add noise
-    block = prompt_block(todos, sess.name, tail=RESTORE_TAIL)
-    return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
-                                              "additionalContext": block}},
-                      ensure_ascii=False)
-
-
-def record_cut(harness: Harness, payload: Mapping[str, Any], cut: str, *, actor: str,
-               phase: str | None = None) -> bool:
-    """One ``agent.context`` event per cut of the agent's context. A compaction reaches
-    us up to three times (PreCompact, PostCompact, SessionStart ``compact``): the first
-    is recorded, the others find it last in the history and add nothing."""
-    claude_session = str(payload.get("session_id") or "")
-    data: dict[str, Any] = {"agent": actor.removeprefix("agent:"), "cut": cut,
-                            "agent_session": claude_session}
-    trigger = payload.get("trigger")
-    if isinstance(trigger, str) and trigger:
-        data["trigger"] = trigger  # manual (/compact) or auto
-    if phase:
-        data["hook"] = phase
-    sid = harness.session(create=True).id
-    with harness.store.write(sid, actor) as tx:
-        last = _last_event(tx)
-        if (last is not None and last[0] == CONTEXT_KIND
-                and last[1].get("agent_session") == claude_session
-                and last[1].get("cut") == cut):
-            return False
-        tx.emit(CONTEXT_KIND, payload=data)
-        forget_view(tx, actor)
-        return True
-
-
-def forget_view(tx: Tx, actor: str) -> None:
-    """After a cut the agent's whole-list writes start from what the new context holds,
-    not from what the old one knew: the first list it writes then removes nothing it
-    leaves out (the silent deletions after compaction and /clear that Claude Code's users
-    report). Its items still match the stored ones by text, so nothing is duplicated."""
-    text = tx.agent_view_text(actor)
-    if not text:
-        return
-    try:
-        fmt = json.loads(text).get("format")
-    except (ValueError, AttributeError):
-        fmt = None
-    tx.set_agent_view(actor, {"format": fmt, "n": tx.state.n, "items": []})
-
-
-def _last_event(tx: Tx) -> tuple[str, dict[str, Any]] | None:
-    if not tx.state.n:
-        return None
-    row = tx.fetch_one("SELECT kind, payload FROM events WHERE session_id = ? AND n = ?",
-                       tx.session_id, tx.state.n)
-    return (row[0], json.loads(row[1])) if row else None
-
-
 # -- the per-task tools ---------------------------------------------------------------
-
-def _task_map(tx: Tx) -> list[ViewItem]:
-    view = tx.agent_view(TASK_VIEW)
-    if not isinstance(view, dict) or not isinstance(view.get("items"), list):
-        return []
-    out = []
-    for row in view["items"]:
-        try:
-            out.append(ViewItem(*row))
-        except TypeError:
-            continue  # a row we cannot read is a task we no longer know
-    return out
-
-
-def _save_map(tx: Tx, items: list[ViewItem]) -> None:
-    # Tasks removed from the store (by a person, or by the agent's own TodoWrite) drop out.
-    items = [v for v in items if v.num in tx.state.todos]
-    tx.set_agent_view(TASK_VIEW, {"format": TASK_FORMAT, "items": items})
-
 
 def _find(tasks: list[ViewItem], tx: Tx, list_id: str, task_id: str) -> int | None:
     """The index of Claude's task ``task_id`` of ``list_id`` in the map; a resumed or
@@ -286,18 +196,6 @@ def _text(value: Any, name: str) -> str | None:
     return value
 
 
-def _create(tx: Tx, tasks: list[ViewItem], key: str, subject: str, active: str | None,
-            description: str | None, status: str = "pending") -> int | None:
-    if any(v.agent_id == key and v.num in tx.state.todos for v in tasks):
-        return None  # the same task delivered twice (TaskCreated, then PostToolUse)
-    todo = tx.create_todo(subject, active_form=active, origin="agent", status=status)
-    if description and description.strip() and description.strip() != subject.strip():
-        tx.emit("todo.noted", todo_id=todo.num, payload={"text": description})
-    tasks.append(ViewItem(todo.num, subject, status, None, active, key))
-    _save_map(tx, tasks)
-    return todo.num
-
-
 def task_create(harness: Harness, sid: int, list_id: str, tool_input: Mapping[str, Any],
                 response: Any, *, actor: str = ACTOR, ref: str | None = None) -> int | None:
     subject = _text(tool_input.get("subject"), "TaskCreate.subject")
@@ -306,7 +204,7 @@ def task_create(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
     active = _text(tool_input.get("activeForm"), "TaskCreate.activeForm")
     description = _text(tool_input.get("description"), "TaskCreate.description")
     with harness.store.write(sid, actor, ref=ref) as tx:
-        tasks = _task_map(tx)
+        tasks = load_map(tx)
         task_id = created_task_id(response)
         if task_id is None:
             # Claude numbers a list's tasks 1, 2, 3...: the next one is a safe guess.
@@ -314,7 +212,8 @@ def task_create(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
                     and v.agent_id.startswith(list_id + ":")
                     and v.agent_id.rsplit(":", 1)[1].isdigit()]
             task_id = str(max(mine, default=0) + 1)
-        return _create(tx, tasks, f"{list_id}:{task_id}", subject, active, description)
+        return create_task(tx, tasks, f"{list_id}:{task_id}", subject, active_form=active,
+                           description=description)
 
 
 def _event_task(payload: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
@@ -333,8 +232,8 @@ def task_created(harness: Harness, payload: Mapping[str, Any], *,
         raise InputError("TaskCreated: missing task_subject")
     sid = harness.session(create=True).id
     with harness.store.write(sid, actor) as tx:
-        return _create(tx, _task_map(tx), f"{task_list(payload)}:{task_id}", subject, None,
-                       description)
+        return create_task(tx, load_map(tx), f"{task_list(payload)}:{task_id}", subject,
+                           description=description)
 
 
 def task_completed(harness: Harness, payload: Mapping[str, Any], *,
@@ -345,14 +244,14 @@ def task_completed(harness: Harness, payload: Mapping[str, Any], *,
     list_id = task_list(payload)
     sid = harness.session(create=True).id
     with harness.store.write(sid, actor) as tx:
-        tasks = _task_map(tx)
+        tasks = load_map(tx)
         idx = _find(tasks, tx, list_id, task_id)
         if idx is None:
             if not subject or not subject.strip():
                 raise InputError(f"TaskCompleted: task {task_id!r} was never seen and has "
                                  "no task_subject")
-            return _create(tx, tasks, f"{list_id}:{task_id}", subject, None, description,
-                           status="completed")
+            return create_task(tx, tasks, f"{list_id}:{task_id}", subject,
+                               description=description, status="completed")
         item = tasks[idx]
         assert item.num is not None
         todo = tx.todo(item.num)
@@ -361,7 +260,7 @@ def task_completed(harness: Harness, payload: Mapping[str, Any], *,
             changes["blocked_reason"] = None
         tx.update_todo(item.num, **changes)
         tasks[idx] = item._replace(status="completed")
-        _save_map(tx, tasks)
+        save_map(tx, tasks)
         return item.num
 
 
@@ -381,7 +280,7 @@ def task_update(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
     active = _text(tool_input.get("activeForm"), "TaskUpdate.activeForm")
     description = _text(tool_input.get("description"), "TaskUpdate.description")
     with harness.store.write(sid, actor, ref=ref) as tx:
-        tasks = _task_map(tx)
+        tasks = load_map(tx)
         idx = _find(tasks, tx, list_id, task_id)
         if idx is None:
             raise InputError(f"TaskUpdate: task {task_id!r} of Claude task list "
@@ -393,16 +292,9 @@ def task_update(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
         if status == "deleted":
             tx.remove_todo(item.num, reason=f"deleted by {actor} (TaskUpdate)")
             del tasks[idx]
-            _save_map(tx, tasks)
+            save_map(tx, tasks)
             return item.num
-        changes: dict[str, Any] = {}
-        # A status Claude did not change keeps ours, whoever set it; a blocked item is
-        # moved on only by starting or finishing it (harness/merge.py's rules).
-        if (status is not None and status != item.status
-                and not (todo.status == "blocked" and status == "pending")):
-            changes["status"] = status
-            if todo.status == "blocked":
-                changes["blocked_reason"] = None
+        changes = status_change(todo, item, status)
         if subject is not None and subject.strip() and subject != item.content:
             changes["content"] = subject
         if active is not None and active != item.active_form:
@@ -423,7 +315,7 @@ def task_update(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
                                    content=subject if subject else item.content,
                                    active_form=active if active is not None
                                    else item.active_form)
-        _save_map(tx, tasks)
+        save_map(tx, tasks)
         return item.num
 
 

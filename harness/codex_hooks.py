@@ -19,11 +19,10 @@ The harness session: ``--session``, else ``HARNESS_SESSION``, else the project d
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from harness.claude_hooks import SESSION_SOURCES, record_cut
+from harness.agent_context import CONTEXT_EVENTS, context_event
 from harness.claude_hooks import session_for as _claude_session_for
 from harness.context import Harness
 from harness.errors import InputError
@@ -42,14 +41,8 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     if not isinstance(payload, Mapping):
         raise InputError(f"hook payload must be a JSON object, not {type(payload).__name__}")
     event = payload.get("hook_event_name")
-    if event == "SessionStart":
-        source = payload.get("source")
-        if source in SESSION_SOURCES:
-            record_cut(harness, payload, str(source), actor=actor)
-        return plan_back(harness)
-    if event in ("PreCompact", "PostCompact"):
-        record_cut(harness, payload, "compact", actor=actor, phase=event)
-        return None
+    if event in CONTEXT_EVENTS:
+        return context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
     if event == "PostToolUse" and payload.get("tool_name") == "update_plan":
         from harness import formats
         from harness.agent import todowrite
@@ -64,15 +57,3 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
                   sees_response=False, ref=ref)
     return None
 
-
-def plan_back(harness: Harness) -> str | None:
-    from harness.agent import prompt_block
-
-    sess = harness.session(create=True)
-    todos = sorted(harness.store.todos(sess.id), key=lambda t: (t.position, t.num))
-    if not todos:
-        return None
-    block = prompt_block(todos, sess.name, tail=RESTORE_TAIL)
-    return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
-                                              "additionalContext": block}},
-                      ensure_ascii=False)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError, UsageError
+from harness.paths import codex_home
 
 # event -> matcher (None: the event takes none, or we want every occurrence)
 CLAUDE_EVENTS: dict[str, str | None] = {
@@ -91,8 +92,7 @@ def settings_path(agent: str, scope: str, cwd: Path) -> Path:
                 / "settings.json"
         return cwd / ".claude" / "settings.json"
     if scope == "user":
-        home = os.environ.get("CODEX_HOME")
-        return (Path(home).expanduser() if home else Path.home() / ".codex") / "hooks.json"
+        return codex_home() / "hooks.json"
     return cwd / ".codex" / "hooks.json"
 
 

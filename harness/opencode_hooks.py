@@ -39,12 +39,9 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
 
 
 def compacting(harness: Harness, props: dict[str, Any], *, actor: str = ACTOR) -> str | None:
-    from harness.agent import prompt_block
-    from harness.claude_hooks import record_cut
+    from harness.agent_context import record_cut, restore_block
 
     sid = props.get("sessionID")
     record_cut(harness, {"session_id": sid if isinstance(sid, str) else ""}, "compact",
                actor=actor)
-    sess = harness.session(create=True)
-    todos = sorted(harness.store.todos(sess.id), key=lambda t: (t.position, t.num))
-    return prompt_block(todos, sess.name, tail=RESTORE_TAIL) if todos else None
+    return restore_block(harness, RESTORE_TAIL)

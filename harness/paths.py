@@ -44,6 +44,13 @@ def config_dir() -> Path:
     return Path(platformdirs.user_config_dir(APP))
 
 
+def codex_home() -> Path:
+    """Codex CLI's own directory: ``$CODEX_HOME``, else ``~/.codex`` (its sessions and
+    user-level hooks live there)."""
+    home = os.environ.get("CODEX_HOME")
+    return Path(home).expanduser() if home else Path.home() / ".codex"
+
+
 @dataclass(frozen=True)
 class Resolved:
     value: str

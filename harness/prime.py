@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.agent import prompt_line
-from state.fold import PRIORITY_RANK, TodoState
+from state.fold import TodoState, board_key
 
 # The list's share of the budget, in characters (English text and ids run ~3.5 per token).
 LIST_CHARS = 3600
@@ -48,20 +48,13 @@ AGENT_NOTES = {
 }
 
 
-def _ordered(todos: list[TodoState]) -> list[TodoState]:
-    """Open work first (in progress, then pending and blocked by priority), then done."""
-    group = {"in_progress": 0, "pending": 1, "blocked": 2, "completed": 3, "cancelled": 4}
-    return sorted(todos, key=lambda t: (group.get(t.status, 5), PRIORITY_RANK.get(
-        t.priority, 1) if t.status in ("pending", "blocked") else 0, t.position, t.num))
-
-
 def list_block(todos: list[TodoState], session_name: str, budget: int = LIST_CHARS) -> str:
     by_num = {t.num: t for t in todos}
     done = sum(t.status == "completed" for t in todos)
     lines = [f"Current list (session {session_name}): {done}/{len(todos)} completed."]
     used = len(lines[0])
     shown = 0
-    ordered = _ordered(todos)
+    ordered = sorted(todos, key=board_key)  # open work first, as the board shows it
     for t in ordered:
         line = prompt_line(t, by_num, width=ITEM_WIDTH)
         if used + len(line) + 1 > budget:

@@ -6,7 +6,9 @@ any later process (another ``harness run``, ``harness cancel RUN``) can find it.
 harness stops it, it adds ``job.service = {"state": "stopped", "how": ..., "at": ...}`` to
 the run, so it is never stopped twice and the serve stage knows its server is gone.
 
-- :func:`live_services` lists the session's servers not yet stopped;
+- :func:`live_services` lists the session's servers not yet stopped, and
+  :func:`stopped_servers` the stages whose server was stopped (to start again when a
+  later stage needs it);
 - :func:`stop_service` kills one's process group on its host (TERM, then KILL after a
   grace period) through the executor and records it;
 - :func:`stop_services` stops all of a session's live servers except those kept
@@ -26,7 +28,8 @@ from pipeline.spec import HostSpec
 from state.fold import RunState
 from state.store import Store, utcnow
 
-__all__ = ["live_services", "service_of", "service_stopped", "stop_service", "stop_services"]
+__all__ = ["live_services", "service_of", "service_stopped", "stop_service", "stop_services",
+           "stopped_servers"]
 
 GetExecutor = Callable[[HostSpec], Executor]
 
@@ -40,6 +43,17 @@ def service_of(run: RunState) -> ServiceRecord | None:
 
 def service_stopped(run: RunState) -> bool:
     return bool(((run.job or {}).get("service") or {}).get("state") == "stopped")
+
+
+def stopped_servers(runs: list[RunState]) -> dict[str, RunState]:
+    """Per stage, its latest successful run when that run's server has since been
+    stopped: a stage to run again before a stage that needs its server."""
+    latest: dict[str, RunState] = {}
+    for r in runs:
+        if r.state == "succeeded" and r.stage:
+            latest[r.stage] = r
+    return {stage: r for stage, r in latest.items()
+            if service_of(r) is not None and service_stopped(r)}
 
 
 def live_services(store: Store, session_id: int) -> list[tuple[RunState, ServiceRecord]]:

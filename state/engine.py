@@ -26,17 +26,10 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
 from state.connection import (
-    DEFAULT_BUSY_TIMEOUT_MS,
-    PG_CHANGE_CHANNEL,
-    PG_WRITE_LOCK_KEY,
     WRITE_OPTION,
     busy_timeout_ms,
     display_url,
     is_sqlite,
-    normalize_url,
-    notify_sql,
-    paramstyle_sql,
-    public_url,
     sqlite_path,
     write_lock_sql,
 )
@@ -100,9 +93,4 @@ def make_engine(url: str, *, creator: Callable[[], Any] | None = None) -> Engine
     return engine
 
 
-__all__ = [
-    "DEFAULT_BUSY_TIMEOUT_MS", "PG_CHANGE_CHANNEL", "PG_WRITE_LOCK_KEY", "WRITE_OPTION",
-    "busy_timeout_ms", "display_url", "is_sqlite", "make_engine", "mask_password",
-    "normalize_server_url", "normalize_url", "notify_sql", "paramstyle_sql", "public_url",
-    "sqlite_path", "write_lock_sql",
-]
+__all__ = ["make_engine", "mask_password", "normalize_server_url"]

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from state.connection import Connections
+from state.connection import Connections, paramstyle_sql
 from state.errors import NotFound
 from state.fold import (
     ArtifactState,
@@ -71,7 +71,7 @@ class Readers:
     _q: dict[str, str]
 
     def _sql(self, sql: str) -> str:
-        return sql.replace("?", "%s") if self.dialect == "postgresql" else sql
+        return paramstyle_sql(sql, self.dialect)
 
     def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         with self._conn.reader() as cur:

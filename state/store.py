@@ -150,14 +150,11 @@ class Store(Readers):
         self.where = self._conn.where
         self.public_url = self._conn.public_url
         self.dialect = self._conn.dialect
-        self._q = {name: self._conn_sql(sql) for name, sql in SQL.items()}
+        self._q = {name: self._sql(sql) for name, sql in SQL.items()}
         self._notify = notify_sql(self.dialect)
         # session id -> (last event number, todos) as of this process's last commit there.
         self._todo_cache: dict[int, tuple[int, dict[int, TodoState]]] = {}
         self.created = False  # whether :meth:`open` created this store
-
-    def _conn_sql(self, sql: str) -> str:
-        return sql.replace("?", "%s") if self.dialect == "postgresql" else sql
 
     @classmethod
     def open(cls, url: str, *, migrate: bool = True, check: bool = True, create: bool = True,

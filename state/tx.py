@@ -103,7 +103,7 @@ class Tx:
 
     def fetch_one(self, sql: str, *args: Any) -> Any:
         """One row of a query (``?`` placeholders) inside this transaction, or None."""
-        self._cur.execute(self.store._conn_sql(sql), args)
+        self._cur.execute(self.store._sql(sql), args)
         return self._cur.fetchone()
 
     def load_runs(self) -> dict[int, RunState]:

@@ -7,7 +7,7 @@ any table, on a connection of its own:
   watch's connection runs in autocommit and never holds a read transaction open (an open
   one would pin the WAL and hide later commits from it).
 * PostgreSQL: ``LISTEN``. Every write transaction of the store runs ``pg_notify`` on
-  :data:`state.engine.PG_CHANGE_CHANNEL`, which the server delivers only when it commits,
+  :data:`state.connection.PG_CHANGE_CHANNEL`, which the server delivers only when it commits,
   and only then: a rolled-back write wakes nobody. Asking is a non-blocking read of the
   socket, no round trip. A dropped connection is reopened and reported as a change (a
   notification may have been missed in between).

@@ -14,8 +14,8 @@ from harness import formats, todos
 from harness.agent import todowrite
 from state import migrations
 from state import tx as tx_mod
+from state.connection import normalize_url
 from state.copy import tables
-from state.engine import normalize_url
 from state.fold import SessionState, apply
 from state.store import Store
 from tests.conftest import run_cli

@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, text
 
 from harness import todos
 from state import migrations
-from state.engine import PG_WRITE_LOCK_KEY
+from state.connection import PG_WRITE_LOCK_KEY
 from state.errors import StoreError
 from state.fold import SessionState, apply
 from state.store import Store

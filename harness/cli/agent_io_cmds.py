@@ -7,7 +7,6 @@ The MCP SDK is imported only when `harness mcp` runs; the hooks themselves run t
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -15,6 +14,7 @@ import click
 from harness.cli import hot
 from harness.cli.common import common_options, harness
 from harness.errors import InputError
+from harness.paths import codex_home
 
 
 @click.command("mcp")
@@ -80,9 +80,7 @@ def hook_claude_code(ctx: click.Context, actor: str) -> None:
     `harness hook claude-code install` writes these hooks into .claude/settings.json.
     """
     if ctx.invoked_subcommand is None:
-        meta = ctx.find_root().meta
-        hot.hook("claude-code", db=meta.get("harness.db"), session=meta.get("harness.session"),
-                 actor=actor)
+        _run_hook("claude-code", actor)
 
 
 @hook_group.group("codex", invoke_without_command=True)
@@ -102,9 +100,7 @@ def hook_codex(ctx: click.Context, actor: str) -> None:
     `harness hook codex install` writes these hooks into .codex/hooks.json.
     """
     if ctx.invoked_subcommand is None:
-        meta = ctx.find_root().meta
-        hot.hook("codex", db=meta.get("harness.db"), session=meta.get("harness.session"),
-                 actor=actor)
+        _run_hook("codex", actor)
 
 
 @hook_group.command("opencode")
@@ -116,8 +112,14 @@ def hook_opencode(actor: str) -> None:
     {sessionID, todos}); the list is merged into the session. See
     examples/opencode-plugin/ for the plugin that calls this (and puts the list into
     opencode's compaction)."""
+    _run_hook("opencode", actor)
+
+
+def _run_hook(agent: str, actor: str) -> None:
+    """The hook's body, as the fast route runs it (:func:`harness.cli.hot.hook`), with the
+    global --db and --session click read."""
     meta = click.get_current_context().find_root().meta
-    hot.hook("opencode", db=meta.get("harness.db"), session=meta.get("harness.session"),
+    hot.hook(agent, db=meta.get("harness.db"), session=meta.get("harness.session"),
              actor=actor)
 
 
@@ -168,11 +170,6 @@ def install_codex(scope: str, dry_run: bool, command: str | None) -> None:
     _install("codex", scope, dry_run, command)
 
 
-def default_codex_dir() -> Path:
-    home = os.environ.get("CODEX_HOME")
-    return (Path(home).expanduser() if home else Path.home() / ".codex") / "sessions"
-
-
 @click.command("watch-codex")
 @click.argument("directory", required=False,
                 type=click.Path(file_okay=False, exists=True, path_type=Path))
@@ -196,7 +193,7 @@ def watch_codex(directory: Path | None, interval: float, once: bool, backfill: b
     """
     from harness.codex_watch import CodexWatcher
 
-    root = directory or default_codex_dir()
+    root = directory or codex_home() / "sessions"
     if not root.is_dir():
         raise InputError("no such directory", where=str(root),
                          hint="give the Codex sessions directory as an argument")

@@ -23,15 +23,14 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness.claude_hooks import ACTOR, TASK_STATUSES, _save_map, _task_map
+from harness.claude_hooks import ACTOR
+from harness.claude_task_map import TASK_STATUSES, create_task, load_map, save_map, status_change
 from harness.errors import InputError
-from harness.formats import ViewItem
 from harness.importers.base import ImportReport
-from state.store import Store, Tx
+from state.store import Store, Tx, normalize_ts
 
 FORMAT = "claude-tasks"
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-", re.I)
@@ -130,11 +129,6 @@ def _task(obj: Any, path: Path, mtime: float, report: ImportReport) -> Task | No
                 blocked_by=ids("blockedBy"), blocks=ids("blocks"), mtime=mtime)
 
 
-def _ts(mtime: float) -> str:
-    return datetime.fromtimestamp(mtime, tz=timezone.utc).isoformat(
-        timespec="microseconds").replace("+00:00", "Z")
-
-
 def sync_task_list(store: Store, directory: str | os.PathLike[str], *,
                    session: str | None = None) -> ImportReport:
     """Make the session's list what the task directory says (see the module doc)."""
@@ -155,8 +149,8 @@ def sync_task_list(store: Store, directory: str | os.PathLike[str], *,
     report.session = name
     report.calls = len(tasks)
     if tasks:
-        report.first_ts = _ts(min(t.mtime for t in tasks.values()))
-        report.last_ts = _ts(max(t.mtime for t in tasks.values()))
+        report.first_ts = normalize_ts(min(t.mtime for t in tasks.values()))
+        report.last_ts = normalize_ts(max(t.mtime for t in tasks.values()))
     row = store.session_by_name(name)
     if row is None:
         if not tasks:
@@ -176,7 +170,7 @@ def sync_task_list(store: Store, directory: str | os.PathLike[str], *,
 def _apply(tx: Tx, list_id: str, tasks: dict[str, Task]) -> int:
     from harness.todos import reaches
 
-    mapping = _task_map(tx)
+    mapping = load_map(tx)
     prefix = list_id + ":"
     index = {v.agent_id: i for i, v in enumerate(mapping)
              if v.agent_id and v.num in tx.state.todos}
@@ -184,16 +178,11 @@ def _apply(tx: Tx, list_id: str, tasks: dict[str, Task]) -> int:
     map_changed = False
     for tid, task in sorted(tasks.items(), key=lambda kv: _order(kv[0])):
         key = prefix + tid
-        ts = _ts(task.mtime)
+        ts = normalize_ts(task.mtime)
         i = index.get(key)
         if i is None:
-            todo = tx.create_todo(task.subject, status=task.status,
-                                  active_form=task.active_form, origin="agent", ts=ts)
-            if task.description and task.description.strip() not in ("", task.subject):
-                tx.emit("todo.noted", todo_id=todo.num, ts=ts,
-                        payload={"text": task.description})
-            mapping.append(ViewItem(todo.num, task.subject, task.status, None,
-                                    task.active_form, key))
+            create_task(tx, mapping, key, task.subject, active_form=task.active_form,
+                        description=task.description, status=task.status, ts=ts)
             index[key] = len(mapping) - 1
             changed.add(tid)
             map_changed = True
@@ -201,12 +190,7 @@ def _apply(tx: Tx, list_id: str, tasks: dict[str, Task]) -> int:
         item = mapping[i]
         assert item.num is not None
         todo = tx.todo(item.num)
-        changes: dict[str, Any] = {}
-        if task.status != item.status and not (todo.status == "blocked"
-                                                and task.status == "pending"):
-            changes["status"] = task.status
-            if todo.status == "blocked":
-                changes["blocked_reason"] = None
+        changes = status_change(todo, item, task.status)
         if task.subject != item.content:
             changes["content"] = task.subject
         if task.active_form != item.active_form:
@@ -239,7 +223,7 @@ def _apply(tx: Tx, list_id: str, tasks: dict[str, Task]) -> int:
         keep = [d for d in todo.depends_on if d not in of_list]
         new = sorted({*keep, *deps})
         if new != sorted(todo.depends_on) and tx.update_todo(
-                num, depends_on=new, ts=_ts(tasks[tid].mtime)):
+                num, depends_on=new, ts=normalize_ts(tasks[tid].mtime)):
             changed.add(tid)
     # A task whose file is gone was deleted in Claude Code.
     for v in list(mapping):
@@ -250,7 +234,7 @@ def _apply(tx: Tx, list_id: str, tasks: dict[str, Task]) -> int:
             changed.add(v.agent_id)
             map_changed = True
     if map_changed:
-        _save_map(tx, mapping)
+        save_map(tx, mapping)
     return len(changed)
 
 

@@ -35,7 +35,18 @@ def stage_timeout(spec: Pipeline, stage: Stage, overrides: Mapping[str, float | 
     base = stage.timeout if stage.timeout is not None else spec.defaults.timeout
     if base is None:
         return None
-    return base * (scale if scale is not None else spec.defaults.timeout_scale)
+    factor = stage_scale(spec, stage, overrides, scale)
+    assert factor is not None  # only a --timeout has none, and it was returned above
+    return base * factor
+
+
+def stage_scale(spec: Pipeline, stage: Stage, overrides: Mapping[str, float | None],
+                scale: float | None) -> float | None:
+    """The timeout scale ``stage``'s limit comes from (None: given outright by
+    ``--timeout``): ``--timeout-scale``, else the spec's ``defaults.timeout_scale``."""
+    if stage.name in overrides:
+        return None
+    return scale if scale is not None else spec.defaults.timeout_scale
 
 
 def duration(run: RunState) -> float | None:

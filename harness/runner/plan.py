@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.runner.ownership import ACTIVE, owner_alive
-from harness.services import service_of, service_stopped
+from harness.services import stopped_servers
 from pipeline.spec import Pipeline
 from state.fold import RunState, TodoState
 from state.store import Store
@@ -47,7 +47,7 @@ def plan_run(store: Store | None, session_id: int | None, spec: Pipeline, scope:
         if row.verdict in RUNS:
             will_complete.add(stage.name)
         rows.append(row)
-    _servers_again(spec, rows, by_stage, runs)
+    _servers_again(spec, rows, runs)
     return rows
 
 
@@ -85,16 +85,13 @@ def _judge(name: str, t: TodoState | None, todos: dict[int, TodoState],
     return PlanRow(name, t.id, "run", why)
 
 
-def _servers_again(spec: Pipeline, rows: list[PlanRow], by_stage: dict[str | None, TodoState],
-                   runs: list[RunState]) -> None:
+def _servers_again(spec: Pipeline, rows: list[PlanRow], runs: list[RunState]) -> None:
     """A completed serve stage whose server was stopped runs again when a stage that
     needs it runs (as the scheduler's ``_revive_services`` does)."""
-    latest = {r.stage: r for r in runs if r.state == "succeeded" and r.stage}
+    stopped = stopped_servers(runs)
     running = {r.stage for r in rows if r.verdict in RUNS}
     for row in rows:
-        r = latest.get(row.stage)
-        if row.verdict != "skip" or r is None or service_of(r) is None \
-                or not service_stopped(r):
+        if row.verdict != "skip" or row.stage not in stopped:
             continue
         users = [s.name for s in spec.stages if row.stage in s.needs and s.name in running]
         if users:

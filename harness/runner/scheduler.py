@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 
 from harness.errors import UsageError
 from harness.render import safe_line
-from harness.runner.deadline import stage_timeout
 from harness.runner.ownership import ACTIVE, RUNNER, host_record, job_key, owner_alive, owner_id
 from harness.runner.supervise import Outcome, Supervisor
-from harness.services import service_of, service_stopped, stop_services
+from harness.services import stop_services, stopped_servers
 from pipeline.executor import Executor
 from pipeline.redact import secret_values
 from pipeline.spec import HostSpec, Pipeline, Stage
@@ -59,7 +58,6 @@ class Runner:
         self.overrides = dict(host_overrides or {})
         self.timeouts = dict(timeouts or {})
         check_overrides(spec, self.overrides, self.timeouts)
-        self.timeout_scale = timeout_scale
         self.retry_blocked = retry_blocked
         #: the command that runs this pipeline again, as advice in messages
         self.rerun = rerun or f"harness run {spec.path or 'PIPELINE.yaml'}"
@@ -70,19 +68,10 @@ class Runner:
                           for v in secret_values(env)}, key=len, reverse=True)
         self.jobs = Supervisor(store, session_id, spec, out=out, show_logs=show_logs,
                                poll_interval=poll_interval, secrets=secrets,
-                               timeout_for=self.timeout_for, scale_for=self.scale_for,
+                               timeouts=self.timeouts, timeout_scale=timeout_scale,
                                rerun=self.rerun)
 
     # -- set-up ----------------------------------------------------------------------------
-    def timeout_for(self, stage: Stage) -> float | None:
-        return stage_timeout(self.spec, stage, self.timeouts, self.timeout_scale)
-
-    def scale_for(self, stage: Stage) -> float | None:
-        if stage.name in self.timeouts:
-            return None
-        return self.timeout_scale if self.timeout_scale is not None \
-            else self.spec.defaults.timeout_scale
-
     def host(self, stage: Stage) -> HostSpec:
         return stage_host(self.spec, stage, self.overrides)
 
@@ -152,17 +141,13 @@ class Runner:
         """A completed stage whose server the harness has since stopped runs again when a
         stage in scope that needs it is still to run (a re-run after a blocked benchmark,
         or ``--only benchmark``): its todo goes back to pending, and into the scope."""
-        latest: dict[str, RunState] = {}
-        for r in self.store.runs(self.sid):
-            if r.state == "succeeded" and r.stage:
-                latest[r.stage] = r
+        stopped = stopped_servers(self.store.runs(self.sid))
         revived: set[str] = set()
         with self.store.write(self.sid, RUNNER) as tx:
             by_stage = {t.stage: t for t in tx.state.todos.values() if t.stage}
             for stage in self.spec.order():
-                t, r = by_stage.get(stage.name), latest.get(stage.name)
-                if t is None or r is None or t.status != "completed" \
-                        or service_of(r) is None or not service_stopped(r):
+                t, r = by_stage.get(stage.name), stopped.get(stage.name)
+                if t is None or r is None or t.status != "completed":
                     continue
                 waiting = [s for s in self.scope if stage.name in self.spec.stage(s).needs
                            and s in by_stage and by_stage[s].status in ("pending",

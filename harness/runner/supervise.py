@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.render import safe_line
-from harness.runner.deadline import EtaWatch, duration, stage_timeout
+from harness.runner.deadline import EtaWatch, duration, stage_scale, stage_timeout
 from harness.runner.evidence import checks_failed_alone, judge, record_verification
 from harness.runner.logs import LOG_FLUSH_BYTES, LOG_FLUSH_SECONDS, Chunk, LogReader
 from harness.runner.ownership import RUNNER, job_key
@@ -49,16 +49,15 @@ class Supervisor:
     def __init__(self, store: Store, session_id: int, spec: Pipeline, *,
                  out: Callable[[str], None], show_logs: bool, poll_interval: float,
                  secrets: Iterable[str],
-                 timeout_for: Callable[[Stage], float | None] | None = None,
-                 scale_for: Callable[[Stage], float | None] | None = None,
+                 timeouts: Mapping[str, float | None] | None = None,
+                 timeout_scale: float | None = None,
                  rerun: str = "harness run PIPELINE.yaml"):
         self.store = store
         self.sid = session_id
         self.spec = spec
-        #: each stage's time limit in seconds (None: none); the spec's own by default
-        self.timeout_for = timeout_for or (lambda st: stage_timeout(spec, st, {}, None))
-        #: the scale a stage's limit came from (None: given outright, by --timeout)
-        self.scale_for = scale_for or (lambda st: spec.defaults.timeout_scale)
+        #: ``--timeout STAGE=...`` (None: no limit) and ``--timeout-scale``
+        self.timeouts = dict(timeouts or {})
+        self.timeout_scale = timeout_scale
         #: the command that runs this pipeline again, for the advice in messages
         self.rerun = rerun
         self.out = out
@@ -137,9 +136,10 @@ class Supervisor:
     # -- watching ------------------------------------------------------------------------
     def watch(self, stage: Stage, todo: int, run_id: int, ex: Executor,
               handle: JobHandle) -> Outcome:
-        timeout = self.timeout_for(stage)
+        timeout = stage_timeout(self.spec, stage, self.timeouts, self.timeout_scale)
         log = LogReader(ex, handle, self._stored_log_end(run_id), self.secrets)
-        eta = EtaWatch(stage.name, timeout, self.rerun, self.scale_for(stage))
+        eta = EtaWatch(stage.name, timeout, self.rerun,
+                       stage_scale(self.spec, stage, self.timeouts, self.timeout_scale))
         buffered: list[Chunk] = []
         last_flush = time.monotonic()
         started = last_flush - self._elapsed(run_id)  # a re-attached job keeps its clock

@@ -1,0 +1,69 @@
+"""Claude Code's task ids and our todos: the map that makes one list of what Claude Code's
+hooks report (:mod:`harness.claude_hooks`) and what its task directories hold
+(:mod:`harness.importers.claude_tasks`).
+
+The map is an agent view of its own (key ``agent:claude-code/tasks``): a list of
+:class:`~harness.formats.ViewItem` rows, each a todo of ours with Claude's key for it,
+``<task list>:<task id>``, and the task as Claude last said it was. Both callers read it,
+change it and save it inside their own write transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.formats import ViewItem
+from state.fold import TodoState
+from state.store import Tx
+
+TASK_VIEW = "agent:claude-code/tasks"
+TASK_FORMAT = "claude-tasks"
+TASK_STATUSES = ("pending", "in_progress", "completed")
+
+
+def load_map(tx: Tx) -> list[ViewItem]:
+    view = tx.agent_view(TASK_VIEW)
+    if not isinstance(view, dict) or not isinstance(view.get("items"), list):
+        return []
+    out = []
+    for row in view["items"]:
+        try:
+            out.append(ViewItem(*row))
+        except TypeError:
+            continue  # a row we cannot read is a task we no longer know
+    return out
+
+
+def save_map(tx: Tx, items: list[ViewItem]) -> None:
+    # Tasks removed from the store (by a person, or by the agent's own TodoWrite) drop out.
+    items = [v for v in items if v.num in tx.state.todos]
+    tx.set_agent_view(TASK_VIEW, {"format": TASK_FORMAT, "items": items})
+
+
+def create_task(tx: Tx, tasks: list[ViewItem], key: str, subject: str, *,
+                active_form: str | None = None, description: str | None = None,
+                status: str = "pending", ts: str | None = None) -> int | None:
+    """A todo for Claude's task ``key``, added to ``tasks`` and the saved map; its
+    description, when it says more than the subject, becomes a note. None: the map has
+    that task already (one task delivered twice: TaskCreated, then PostToolUse)."""
+    if any(v.agent_id == key and v.num in tx.state.todos for v in tasks):
+        return None
+    todo = tx.create_todo(subject, active_form=active_form, origin="agent", status=status,
+                          ts=ts)
+    if description and description.strip() and description.strip() != subject.strip():
+        tx.emit("todo.noted", todo_id=todo.num, ts=ts, payload={"text": description})
+    tasks.append(ViewItem(todo.num, subject, status, None, active_form, key))
+    save_map(tx, tasks)
+    return todo.num
+
+
+def status_change(todo: TodoState, item: ViewItem, status: str | None) -> dict[str, Any]:
+    """Claude's status for a task as a change to its todo. A status Claude did not change
+    keeps ours, whoever set it; a blocked todo is moved on only by starting or finishing
+    it (harness/merge.py's rules), and then loses its reason."""
+    if status is None or status == item.status or (todo.status == "blocked"
+                                                   and status == "pending"):
+        return {}
+    if todo.status == "blocked":
+        return {"status": status, "blocked_reason": None}
+    return {"status": status}
