@@ -35,12 +35,11 @@ from pipeline.eagle3.checkpoint_files import (
     DrafterLayout,
     VerifierInfo,
     WeightSet,
-    default_aux_layers,
     read_layout,
-    vllm_aux_order,
     weight_files,
 )
 from pipeline.eagle3.checks_vocab import lm_head_check, mapping_checks
+from pipeline.eagle3.common import default_aux_layers, vllm_aux_order
 
 FLOAT_DTYPES = ("BF16", "F16", "F32")
 LAYER_TENSORS = ("input_layernorm.weight", "hidden_norm.weight",

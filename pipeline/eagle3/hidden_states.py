@@ -42,7 +42,6 @@ from pipeline.eagle3.common import (
     atomic_write_text,
     choose_aux_layers,
     config_hash,
-    default_aux_layers,
     dtype_name,
     guard_config,
     log,
@@ -58,7 +57,7 @@ from pipeline.eagle3.shards import INDEX, SHARD_FORMAT, shard_name, validate_sha
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.hidden_states"
-__all__ = ["Capture", "default_aux_layers", "extract", "plan_batches", "plan_shards"]
+__all__ = ["Capture", "extract", "plan_batches", "plan_shards"]
 
 
 def build_parser() -> argparse.ArgumentParser:

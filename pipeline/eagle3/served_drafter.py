@@ -20,12 +20,11 @@ import torch
 from pipeline.eagle3.checkpoint_files import (
     DrafterLayout,
     WeightSet,
-    default_aux_layers,
     read_layout,
     resolve_checkpoint_dir,
-    vllm_aux_order,
     weight_files,
 )
+from pipeline.eagle3.common import default_aux_layers, vllm_aux_order
 from pipeline.eagle3.drafter import DrafterConfig, Eagle3Drafter
 
 

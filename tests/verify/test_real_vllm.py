@@ -114,7 +114,8 @@ def test_vllm_loads_and_runs_the_export_as_we_do(vllm_python, good, sequence, tm
     import torch
     from safetensors.torch import save_file
 
-    from pipeline.eagle3.checkpoint_files import read_layout, vllm_aux_order
+    from pipeline.eagle3.checkpoint_files import read_layout
+    from pipeline.eagle3.common import vllm_aux_order
     from pipeline.eagle3.served_drafter import load_served
     from pipeline.vllm_server import serve_argv
 
