@@ -44,7 +44,8 @@ from pipeline.eagle3.common import (
     pick_dtype,
     read_jsonl,
 )
-from pipeline.eagle3.placement import add_placement_args, placement_from_args, rank
+from pipeline.eagle3.distributed import rank
+from pipeline.eagle3.placement import add_placement_args, placement_from_args
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.generate"

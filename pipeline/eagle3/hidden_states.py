@@ -181,8 +181,7 @@ def run(args: argparse.Namespace) -> StageResult:
     cfg = {"verifier": str(verifier), "verifier_config": vcfg, "aux_layers": aux_layers,
            "tokens_sha": tok_digest, "samples": n, "shard_tokens": args.shard_tokens,
            "save_dtype": dtype_name(save_dtype)}
-    # Under tensor parallelism every rank runs the same batches; rank 0 alone writes.
-    writes = not placement.tp or _rank() == 0
+    writes = placement.writes
     if not writes:
         args.result = None
     digest = guard_config(out, cfg, stage=ACTION) if writes else config_hash(cfg)
@@ -256,12 +255,6 @@ def run(args: argparse.Namespace) -> StageResult:
                       + (f", writes {result.metrics['write_gb_s']:.2f} GB/s"
                          if result.metrics.get("write_gb_s") else ""))
     return result
-
-
-def _rank() -> int:
-    import os
-
-    return int(os.environ.get("RANK", "0"))
 
 
 DISK_BOUND_SHARE = 0.1  # the forward waiting this share of the time for the writer
