@@ -36,7 +36,6 @@ from pipeline.eagle3.common import (
     DTYPES,
     Progress,
     atomic_write_text,
-    config_hash,
     guard_config,
     load_tokenizer,
     log,
@@ -148,7 +147,6 @@ def run(args: argparse.Namespace) -> StageResult:
     tp_follower = args.backend == "local" and getattr(args, "tp_plan", None) and rank() != 0
     if tp_follower:  # tensor-parallel ranks other than 0 run the model and write nothing
         args.result = None
-        config_hash(cfg)
     else:
         guard_config(out, cfg, stage=ACTION)
     done = existing_ids(out, repair=not tp_follower)
