@@ -50,6 +50,7 @@ from pipeline.eagle3.common import (
     verifier_config,
 )
 from pipeline.eagle3.datafiles import read_tokens
+from pipeline.eagle3.disk_estimate import offline_bytes
 from pipeline.eagle3.memory_plan import Workload, load_placed, measured_peaks, peaks_line
 from pipeline.eagle3.placement import add_placement_args, placement_from_args
 from pipeline.eagle3.shard_writer import WRITE_METHODS, StreamingShard, WritePipeline
@@ -245,7 +246,8 @@ def run(args: argparse.Namespace) -> StageResult:
     total_tokens = int(offsets[n])
     result.metrics.update(samples=n, tokens=total_tokens, shards=len(plan),
                           resumed_shards=len(done), aux_layers=aux_layers,
-                          offline_bytes=total_tokens * 4 * hidden * save_dtype.itemsize)
+                          offline_bytes=offline_bytes(total_tokens, hidden, save_dtype.itemsize,
+                                                      len(aux_layers)))
     result.check("complete", len(finished) == len(plan), value=len(finished),
                  expected=len(plan))
     result.artifacts.append(str(out / INDEX))
