@@ -113,7 +113,8 @@ def make_verifier(cfg: dict, device, dtype):
 
 def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir: Path,
                   targets: list[Path], repeats: int = 3) -> list:
-    from pipeline.eagle3.hidden_states import Capture, default_aux_layers, extract
+    from pipeline.eagle3.common import default_aux_layers
+    from pipeline.eagle3.hidden_states import Capture, extract
 
     cfg = TINY if tiny else LLAMA_1B
     dtype = torch.float32 if tiny else torch.bfloat16
@@ -341,7 +342,8 @@ def bench_online(device, tiny: bool, batch: int, seq: int, iters: int, workdir: 
     """Offline (the stage's extract() writing shards, then training steps on batches read
     back from them) against online (the verifier's capture feeding each training step), on
     the same random batches, one epoch; tokens/s end to end."""
-    from pipeline.eagle3.hidden_states import Capture, default_aux_layers, extract
+    from pipeline.eagle3.common import default_aux_layers
+    from pipeline.eagle3.hidden_states import Capture, extract
     from pipeline.eagle3.shards import INDEX, SHARD_FORMAT
     from pipeline.eagle3.train_data import TrainData
 

@@ -33,7 +33,7 @@ from typing import Any, Literal, TypeVar
 from pipeline import jobscripts, registry
 from pipeline.errors import CommandFailed, CommandTimeout, ExecutorError, JobError
 from pipeline.redact import describe, redact_text, secret_values
-from pipeline.spec import HostSpec
+from pipeline.spec_models import HostSpec
 
 __all__ = ["RUNS_DIR", "Executor", "JobHandle", "JobState", "JobStatus", "Result",
            "executor_for"]

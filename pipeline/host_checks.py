@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pipeline.registry import SCHEDULERS
 
 if TYPE_CHECKING:
-    from pipeline.spec import HostSpec
+    from pipeline.spec_models import HostSpec
 
 __all__ = ["SCHEDULER_ONLY", "check_host"]
 

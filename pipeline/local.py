@@ -12,7 +12,7 @@ from invoke.exceptions import CommandTimedOut
 
 from pipeline.errors import CommandTimeout, ExecutorError
 from pipeline.executor import Executor, Result
-from pipeline.spec import HostSpec
+from pipeline.spec_models import HostSpec
 
 __all__ = ["LocalExecutor"]
 

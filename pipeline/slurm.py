@@ -41,7 +41,7 @@ from pipeline.errors import JobError
 from pipeline.executor import Executor, JobHandle, JobState, JobStatus, check_env, executor_for
 from pipeline.redact import describe
 from pipeline.slurm_watch import SlurmJob, SlurmWatcher
-from pipeline.spec import HostSpec
+from pipeline.spec_models import HostSpec
 
 __all__ = ["SlurmExecutor", "job_status", "sbatch_flags"]
 

@@ -27,7 +27,7 @@ from pipeline import transfer
 from pipeline.errors import CommandTimeout, ExecutorError, HostUnreachable
 from pipeline.executor import Executor, Result
 from pipeline.hostkeys import UnknownHostKey, changed_key_message
-from pipeline.spec import HostSpec
+from pipeline.spec_models import HostSpec
 from pipeline.ssh_config import Route, make_route
 
 __all__ = ["SSHExecutor"]

@@ -30,7 +30,7 @@ from fabric import Config, Connection
 
 from pipeline.errors import HostUnreachable
 from pipeline.hostkeys import default_known_hosts, secure
-from pipeline.spec import HostSpec
+from pipeline.spec_models import HostSpec
 
 __all__ = ["Hop", "Route", "known_hosts_name", "make_route"]
 

@@ -18,11 +18,12 @@ directory (nothing there can shadow vLLM's imports)::
 - ``norm`` (:func:`norm_flag`): does this vLLM's ``llama_eagle3.py`` read
   ``norm_before_residual``;
 - ``weights`` (:func:`weight_sources`): vLLM's own EAGLE-3 drafter class, built on the meta
-  device from the verifier's and drafter's configs through vLLM's config classes, fed the
-  checkpoint's tensor names and shapes through its own ``load_weights``: which of its
-  parameters the checkpoint fills (from which tensors), which it takes from the target,
-  which stay at their initial values, which tensors it ignores or refuses. No weight data
-  is read and no memory is spent on the model.
+  device from the verifier's and drafter's configs through vLLM's config classes
+  (:mod:`pipeline.vllm_drafter`, loaded by path beside this file), fed the checkpoint's
+  tensor names and shapes through its own ``load_weights``: which of its parameters the
+  checkpoint fills (from which tensors), which it takes from the target, which stay at
+  their initial values, which tensors it ignores or refuses. No weight data is read and
+  no memory is spent on the model.
 
 Every function answers with a dict and never raises: a failure is the answer's ``error``.
 """
@@ -35,8 +36,8 @@ import importlib
 import inspect
 import json
 import os
+import runpy
 import sys
-import tempfile
 import textwrap
 import traceback
 from collections.abc import Mapping
@@ -296,110 +297,16 @@ _TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": 
                  "BOOL": "bool"}
 
 
-def vllm_configs(verifier_dir: str, drafter_dir: str, dtype: str = "float32",
-                 num_speculative_tokens: int = 3) -> Any:
-    """vLLM's own ``VllmConfig`` for serving ``verifier_dir`` with the EAGLE-3 drafter
-    ``drafter_dir`` on the CPU: eager, custom ops off (their native torch forms), no
-    tokenizer. Raises what vLLM raises."""
-    from vllm.config import (  # type: ignore[import-not-found]
-        CompilationConfig,
-        DeviceConfig,
-        LoadConfig,
-        ModelConfig,
-        ParallelConfig,
-        SpeculativeConfig,
-        VllmConfig,
-    )
-
-    model_config = ModelConfig(model=verifier_dir, tokenizer=verifier_dir, dtype=dtype,
-                               enforce_eager=True, skip_tokenizer_init=True)
-    parallel = ParallelConfig()
-    speculative = SpeculativeConfig(method="eagle3", model=drafter_dir,
-                                    num_speculative_tokens=num_speculative_tokens,
-                                    target_model_config=model_config,
-                                    target_parallel_config=parallel)
-    return VllmConfig(model_config=model_config, speculative_config=speculative,
-                      parallel_config=parallel, load_config=LoadConfig(),
-                      device_config=DeviceConfig(device="cpu"),
-                      compilation_config=CompilationConfig(custom_ops=["none"]))
+_DRAFTER: dict[str, Any] = {}
 
 
-class _Plain:
-    """Builds the stand-in for vLLM's paged ``Attention`` (whose kernels need a GPU): plain
-    causal attention over one sequence, ``[T, heads*hd]`` in and out, as vLLM's layer takes
-    and returns them. Defined lazily so that this module imports without torch."""
-
-    cls: Any = None
-
-    @classmethod
-    def get(cls) -> Any:
-        if cls.cls is None:
-            import torch
-            import torch.nn.functional as F
-
-            class PlainCausalAttention(torch.nn.Module):
-                def __init__(self, num_heads: int, head_size: int, scale: float,
-                             num_kv_heads: int | None = None, **_: Any) -> None:
-                    super().__init__()
-                    self.h, self.d, self.scale = num_heads, head_size, scale
-                    self.kv = num_kv_heads or num_heads
-
-                def forward(self, q: Any, k: Any, v: Any) -> Any:
-                    t = q.shape[0]
-                    q = q.view(t, self.h, self.d).transpose(0, 1)
-                    k = k.view(t, self.kv, self.d).transpose(0, 1)
-                    v = v.view(t, self.kv, self.d).transpose(0, 1)
-                    k = k.repeat_interleave(self.h // self.kv, 0)
-                    v = v.repeat_interleave(self.h // self.kv, 0)
-                    o = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                       scale=self.scale)
-                    return o.transpose(0, 1).reshape(t, self.h * self.d)
-
-            cls.cls = PlainCausalAttention
-        return cls.cls
-
-
-def build_drafter(vllm_config: Any, device: str = "cpu") -> Any:
-    """vLLM's EAGLE-3 drafter model class for ``vllm_config`` (``LlamaModel``'s attention
-    swapped for :class:`_Plain`'s), built on ``device`` ("meta": shapes only) with a
-    one-process gloo group. Returns ``(model, class name)``; raises what vLLM raises."""
-    import torch
-    from vllm.config import set_current_vllm_config  # type: ignore[import-not-found]
-    from vllm.distributed import (  # type: ignore[import-not-found]
-        init_distributed_environment,
-        initialize_model_parallel,
-        model_parallel_is_initialized,
-    )
-    from vllm.model_executor.models import ModelRegistry  # type: ignore[import-not-found]
-    from vllm.model_executor.models import llama as vllm_llama  # type: ignore[import-not-found]
-
-    draft_cfg = vllm_config.speculative_config.draft_model_config
-    archs = list(getattr(draft_cfg.hf_config, "architectures", None) or [])
-    cls = None
-    for arch in archs:
-        model = getattr(ModelRegistry, "models", {}).get(arch)
-        if model is not None:
-            cls = model.load_model_cls()
-            break
-    if cls is None:
-        raise RuntimeError(f"no registered vLLM model class for {archs}")
-    vllm_llama.Attention = _Plain.get()
-    with set_current_vllm_config(vllm_config):
-        if not model_parallel_is_initialized():
-            init = os.path.join(tempfile.mkdtemp(prefix="vllm-probe-"), "dist")
-            init_distributed_environment(world_size=1, rank=0, local_rank=0,
-                                         distributed_init_method=f"file://{init}",
-                                         backend="gloo")
-            initialize_model_parallel(1, 1)
-        dtype = vllm_config.model_config.dtype
-        previous = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
-            with torch.device(device):
-                model = cls(vllm_config=vllm_config, prefix="draft_model")
-        finally:
-            torch.set_default_dtype(previous)
-    return model, f"{cls.__module__}.{cls.__name__}"
+def vllm_drafter() -> dict[str, Any]:
+    """The namespace of ``vllm_drafter.py`` beside this file, run by path once: this file
+    itself runs outside the package, where ``pipeline`` cannot be imported."""
+    if not _DRAFTER:
+        here = os.path.dirname(os.path.abspath(__file__))
+        _DRAFTER.update(runpy.run_path(os.path.join(here, "vllm_drafter.py")))
+    return _DRAFTER
 
 
 def weight_sources(verifier_dir: str, drafter_dir: str) -> dict[str, Any]:
@@ -413,9 +320,10 @@ def weight_sources(verifier_dir: str, drafter_dir: str) -> dict[str, Any]:
         )
     except Exception as exc:
         return {"error": f"cannot import vLLM's loader: {_error(exc)}"}
+    drafter = vllm_drafter()
     try:
-        config = vllm_configs(verifier_dir, drafter_dir)
-        model, cls_name = build_drafter(config, device="meta")
+        config = drafter["vllm_configs"](verifier_dir, drafter_dir)
+        model, cls_name = drafter["build_drafter"](config, device="meta")
     except Exception as exc:
         return {"error": f"vLLM cannot build the drafter: {_error(exc)}",
                 "where": traceback.format_exc(limit=-2).strip().splitlines()[-3:]}
@@ -466,15 +374,8 @@ def weight_sources(verifier_dir: str, drafter_dir: str) -> dict[str, Any]:
                        for n, p in params.items()},
             "checkpoint": {n: fed[n] for n in params if n in fed},
             "target": target, "initial": initial, "ignored": ignored, "refused": refused,
-            "aux_layer_ids": _aux_ids(config)}
+            "aux_layer_ids": drafter["aux_ids"](config)}
 
-
-def _aux_ids(config: Any) -> list[int] | None:
-    hf = config.speculative_config.draft_model_config.hf_config
-    ids = getattr(hf, "eagle_aux_hidden_state_layer_ids", None)
-    if not ids:
-        ids = (getattr(hf, "eagle_config", None) or {}).get("eagle_aux_hidden_state_layer_ids")
-    return [int(i) for i in ids] if ids else None
 
 
 # --- entry point -----------------------------------------------------------------------------

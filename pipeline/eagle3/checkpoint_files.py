@@ -380,18 +380,6 @@ def read_layout(directory: Path) -> DrafterLayout:
     return lay
 
 
-def default_aux_layers(num_layers: int) -> list[int]:
-    """vLLM's default for EAGLE-3: ``[2, N // 2, N - 3]`` (HF ``output_hidden_states`` ids)."""
-    return [2, num_layers // 2, num_layers - 3]
-
-
-def vllm_aux_order(ids: list[int]) -> list[int]:
-    """The aux ids as vLLM uses them: sorted and de-duplicated
-    (``EagleModelMixin._set_aux_hidden_state_layers``: ``tuple(sorted(set(layers)))``); the
-    target's states are concatenated in this order, whatever order the config lists."""
-    return sorted(set(ids))
-
-
 @dataclass
 class VerifierInfo:
     directory: Path

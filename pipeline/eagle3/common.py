@@ -223,8 +223,15 @@ def load_tokenizer(verifier: Path) -> Any:
 
 
 def default_aux_layers(num_layers: int) -> list[int]:
-    """vLLM's default EAGLE-3 aux layer ids for a ``num_layers``-layer verifier."""
+    """vLLM's default for EAGLE-3: ``[2, N // 2, N - 3]`` (HF ``output_hidden_states`` ids)."""
     return [2, num_layers // 2, num_layers - 3]
+
+
+def vllm_aux_order(ids: list[int]) -> list[int]:
+    """The aux ids as vLLM uses them: sorted and de-duplicated
+    (``EagleModelMixin._set_aux_hidden_state_layers``: ``tuple(sorted(set(layers)))``); the
+    target's states are concatenated in this order, whatever order the config lists."""
+    return sorted(set(ids))
 
 
 def choose_aux_layers(given: Any, num_layers: int, where: str) -> tuple[list[int], str]:
@@ -254,11 +261,11 @@ def choose_aux_layers(given: Any, num_layers: int, where: str) -> tuple[list[int
         raise ActionError(f"aux layer id(s) {bad} out of range for a {num_layers}-layer "
                           f"verifier (valid: 0..{num_layers - 1}; id k = input of layer k)",
                           where=where)
-    if len(set(ids)) != len(ids):
+    ordered = vllm_aux_order(ids)
+    if len(ordered) != len(ids):
         raise ActionError(f"aux layer ids {ids} repeat an id (vLLM drops repeats, so fc would "
                           "get fewer states than it was trained on)", where=where,
                           hint="give three distinct ids")
-    ordered = sorted(ids)
     note = "" if ordered == list(ids) else (
         f"aux layers {list(ids)} sorted to {ordered}: vLLM concatenates the aux states in "
         "ascending id order")

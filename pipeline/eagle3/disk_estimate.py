@@ -28,6 +28,11 @@ TOKENIZE_MAX_LENGTH = 4096  # tokenize's --max-length default
 VERIFIER_HIDDEN = 128       # the verifier stage's --hidden-size default
 
 
+def offline_bytes(tokens: int, hidden: int, itemsize: int = 2, aux: int = 3) -> int:
+    """Disk the shards of ``tokens`` tokens take: ``aux`` states plus ``last`` per token."""
+    return tokens * (aux + 1) * hidden * itemsize
+
+
 @dataclass
 class DiskEstimate:
     stage: str
@@ -42,7 +47,7 @@ class DiskEstimate:
     def bytes(self) -> int | None:
         if self.tokens is None or self.hidden is None:
             return None
-        return self.tokens * 4 * self.hidden * self.itemsize
+        return offline_bytes(self.tokens, self.hidden, self.itemsize)
 
     def line(self) -> str:
         what = ("online training, no shards; offline would need" if self.online else

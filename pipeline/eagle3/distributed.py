@@ -14,15 +14,29 @@ import os
 from pipeline.eagle3.common import pick_device
 
 
+def world_size() -> int:
+    """How many processes torchrun started (1 outside torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def local_rank() -> int:
+    """This process's index on its node: the GPU it takes."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
 class Dist:
     """torchrun's environment, or a single process."""
 
     def __init__(self, device_arg: str):
         import torch
 
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.world = world_size()
+        self.rank = rank()
+        self.local_rank = local_rank()
         if self.world > 1:
             import torch.distributed as dist
 

@@ -36,7 +36,6 @@ from pipeline.eagle3.common import (
     DTYPES,
     Progress,
     atomic_write_text,
-    config_hash,
     guard_config,
     load_tokenizer,
     log,
@@ -44,7 +43,8 @@ from pipeline.eagle3.common import (
     pick_dtype,
     read_jsonl,
 )
-from pipeline.eagle3.placement import add_placement_args, placement_from_args, rank
+from pipeline.eagle3.distributed import rank
+from pipeline.eagle3.placement import add_placement_args, placement_from_args
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.generate"
@@ -147,7 +147,6 @@ def run(args: argparse.Namespace) -> StageResult:
     tp_follower = args.backend == "local" and getattr(args, "tp_plan", None) and rank() != 0
     if tp_follower:  # tensor-parallel ranks other than 0 run the model and write nothing
         args.result = None
-        config_hash(cfg)
     else:
         guard_config(out, cfg, stage=ACTION)
     done = existing_ids(out, repair=not tp_follower)

@@ -42,7 +42,6 @@ from pipeline.eagle3.common import (
     atomic_write_text,
     choose_aux_layers,
     config_hash,
-    default_aux_layers,
     dtype_name,
     guard_config,
     log,
@@ -51,6 +50,7 @@ from pipeline.eagle3.common import (
     verifier_config,
 )
 from pipeline.eagle3.datafiles import read_tokens
+from pipeline.eagle3.disk_estimate import offline_bytes
 from pipeline.eagle3.memory_plan import Workload, load_placed, measured_peaks, peaks_line
 from pipeline.eagle3.placement import add_placement_args, placement_from_args
 from pipeline.eagle3.shard_writer import WRITE_METHODS, StreamingShard, WritePipeline
@@ -58,7 +58,7 @@ from pipeline.eagle3.shards import INDEX, SHARD_FORMAT, shard_name, validate_sha
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.hidden_states"
-__all__ = ["Capture", "default_aux_layers", "extract", "plan_batches", "plan_shards"]
+__all__ = ["Capture", "extract", "plan_batches", "plan_shards"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -182,8 +182,7 @@ def run(args: argparse.Namespace) -> StageResult:
     cfg = {"verifier": str(verifier), "verifier_config": vcfg, "aux_layers": aux_layers,
            "tokens_sha": tok_digest, "samples": n, "shard_tokens": args.shard_tokens,
            "save_dtype": dtype_name(save_dtype)}
-    # Under tensor parallelism every rank runs the same batches; rank 0 alone writes.
-    writes = not placement.tp or _rank() == 0
+    writes = placement.writes
     if not writes:
         args.result = None
     digest = guard_config(out, cfg, stage=ACTION) if writes else config_hash(cfg)
@@ -247,7 +246,8 @@ def run(args: argparse.Namespace) -> StageResult:
     total_tokens = int(offsets[n])
     result.metrics.update(samples=n, tokens=total_tokens, shards=len(plan),
                           resumed_shards=len(done), aux_layers=aux_layers,
-                          offline_bytes=total_tokens * 4 * hidden * save_dtype.itemsize)
+                          offline_bytes=offline_bytes(total_tokens, hidden, save_dtype.itemsize,
+                                                      len(aux_layers)))
     result.check("complete", len(finished) == len(plan), value=len(finished),
                  expected=len(plan))
     result.artifacts.append(str(out / INDEX))
@@ -257,12 +257,6 @@ def run(args: argparse.Namespace) -> StageResult:
                       + (f", writes {result.metrics['write_gb_s']:.2f} GB/s"
                          if result.metrics.get("write_gb_s") else ""))
     return result
-
-
-def _rank() -> int:
-    import os
-
-    return int(os.environ.get("RANK", "0"))
 
 
 DISK_BOUND_SHARE = 0.1  # the forward waiting this share of the time for the writer

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.eagle3.common import dtype_name, verifier_config
+from pipeline.eagle3.distributed import world_size
 from pipeline.eagle3.placement import (
     Placement,
     accelerate_key,
@@ -25,11 +26,9 @@ from pipeline.eagle3.placement import (
     input_device_of,
     keep_on_first_device,
     meta_model,
-    rank,
     resolve_device_map,
     tp_load_kwargs,
     tp_sharded_patterns,
-    world_size,
 )
 from pipeline.errors import ActionError
 
@@ -334,18 +333,13 @@ class Placed:
     plan: MemoryPlan
     placement: Placement
 
-    @property
-    def writes(self) -> bool:
-        """Whether this process writes the stage's outputs (rank 0 under tensor parallelism)."""
-        return not self.placement.tp or rank() == 0
-
 
 def plan_or_fail(verifier: Path, dtype: Any, placement: Placement, work: Workload,
                  log: Any, keep: list[str] | None = None) -> tuple[MemoryPlan, Any]:
     """Print the memory plan; raise its one-line error when it does not fit."""
     model = meta_model(verifier, dtype)
     plan = memory_plan(verifier, dtype, placement, work, model=model, keep=keep)
-    if not placement.tp or rank() == 0:
+    if placement.writes:
         for line in plan.lines():
             log(line)
     disk = next((d for d in plan.devices if d.device == "disk"), None)

@@ -11,7 +11,7 @@ the shards' padding is. Nothing is written.
 When to choose it: when the verifier and the drafter's training fit on the devices together
 (the verifier's weights and one forward's activations, plus the drafter, its optimizer state
 and its activations). Offline needs ``tokens x (3 + 1) x hidden x bytes`` of disk instead
-(:func:`offline_bytes`), and its extraction runs once for all epochs; online runs the
+(:func:`.disk_estimate.offline_bytes`), and its extraction runs once for all epochs; online runs the
 verifier every epoch.
 """
 
@@ -22,12 +22,8 @@ from typing import Any
 import torch
 
 from pipeline.eagle3.common import config_hash, dtype_name
+from pipeline.eagle3.disk_estimate import offline_bytes
 from pipeline.eagle3.train_data import Batch, SampleSplit
-
-
-def offline_bytes(tokens: int, hidden: int, itemsize: int = 2, aux: int = 3) -> int:
-    """Disk the shards of ``tokens`` tokens take: ``aux`` states plus ``last`` per token."""
-    return tokens * (aux + 1) * hidden * itemsize
 
 
 class OnlineData(SampleSplit):
@@ -43,6 +39,7 @@ class OnlineData(SampleSplit):
                          holdout=holdout, max_length=max_length)
         self.model = model
         self.input_device = input_device
+        self.dtype = dtype
         self.capture = Capture(model, aux_layers, out_device=input_device)
         hidden = int(verifier_config["hidden_size"])
         self.index = {
@@ -55,6 +52,12 @@ class OnlineData(SampleSplit):
     @property
     def aux_layers(self) -> list[int]:
         return list(self.index["aux_layers"])
+
+    @property
+    def offline_bytes(self) -> int:
+        """What offline training would have stored for these tokens."""
+        return offline_bytes(int(self.tokens["offsets"][-1]), int(self.index["hidden_size"]),
+                             self.dtype.itemsize, len(self.aux_layers))
 
     def load(self, batch: list[int], pin: bool = False) -> Batch:
         """The batch's states, computed now, on the verifier's input device."""

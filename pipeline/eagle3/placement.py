@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.eagle3.distributed import local_rank, rank, world_size
 from pipeline.errors import ActionError
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -68,6 +68,12 @@ class Placement:
     def spread(self) -> bool:
         return self.device_map is not None or self.max_memory is not None
 
+    @property
+    def writes(self) -> bool:
+        """Whether this process writes the stage's outputs and logs its plan (under tensor
+        parallelism every rank runs the same forwards; rank 0 alone writes)."""
+        return not self.tp or rank() == 0
+
     def describe(self) -> str:
         if self.tp:
             return f"tensor parallel over {world_size()} ranks"
@@ -79,14 +85,6 @@ class Placement:
                      self.device_map or "auto")
             return f"device map {shown}{mm}"
         return f"on {self.device}"
-
-
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def rank() -> int:
-    return int(os.environ.get("RANK", "0"))
 
 
 def placement_from_args(args: argparse.Namespace, device: Any) -> Placement:
@@ -108,8 +106,7 @@ def placement_from_args(args: argparse.Namespace, device: Any) -> Placement:
     if tp:
         import torch
 
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        device = (torch.device("cuda", local) if torch.cuda.is_available()
+        device = (torch.device("cuda", local_rank()) if torch.cuda.is_available()
                   else torch.device("cpu"))
     return Placement(device=device, device_map=device_map, max_memory=max_memory,
                      offload_folder=Path(folder) if folder else None, tp=tp)

@@ -176,7 +176,7 @@ def _online_data(args: argparse.Namespace, vcfg: dict[str, Any], dist: Dist):
     from pipeline.eagle3.common import choose_aux_layers
     from pipeline.eagle3.datafiles import read_tokens
     from pipeline.eagle3.memory_plan import Workload, load_placed
-    from pipeline.eagle3.online import OnlineData, offline_bytes
+    from pipeline.eagle3.online import OnlineData
     from pipeline.eagle3.placement import placement_from_args
 
     if args.tokens is None:
@@ -204,14 +204,11 @@ def _online_data(args: argparse.Namespace, vcfg: dict[str, Any], dist: Dist):
     data = OnlineData(tokens, placed.model, placed.input_device, aux, seed=args.seed,
                       holdout=args.holdout, max_length=args.max_length, dtype=dtype,
                       verifier_config=vcfg)
-    data.plan = placed.plan
-    data.offline_bytes = offline_bytes(int(offsets[-1]), int(vcfg["hidden_size"]),
-                                       dtype.itemsize, len(aux))
     if dist.main:
         log(f"[train] online: the verifier makes each batch's states here; no shards "
             f"(offline would store {data.offline_bytes / 1e9:.3f} GB for these "
             f"{int(offsets[-1])} tokens)")
-    return data
+    return data, placed.plan
 
 
 def _quiet(_msg: str) -> None:
@@ -241,8 +238,9 @@ def run(args: argparse.Namespace) -> StageResult:
     if not dist.main:
         args.result = None  # one result per run: rank 0's
     vcfg = verifier_config(Path(args.verifier))
+    plan = None  # the verifier's memory plan, online
     if args.online:
-        data = _online_data(args, vcfg, dist)
+        data, plan = _online_data(args, vcfg, dist)
     else:
         if args.hidden_states is None:
             raise ActionError("give --hidden-states (offline), or --online with --tokens")
@@ -398,7 +396,7 @@ def run(args: argparse.Namespace) -> StageResult:
     result.metrics["data"] = "online" if args.online else "shards"
     if args.online:
         data.close()
-        result.metrics["memory_plan"] = data.plan.to_json()
+        result.metrics["memory_plan"] = plan.to_json()
         result.metrics["offline_bytes_avoided"] = data.offline_bytes
     result.metrics["train_seconds"] = round(time.perf_counter() - t_train, 2)
     from pipeline.eagle3.memory_plan import measured_peaks

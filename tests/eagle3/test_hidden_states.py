@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from pipeline.eagle3 import hidden_states, tokenize
+from pipeline.eagle3.common import default_aux_layers
 from pipeline.eagle3.datafiles import read_tokens
-from pipeline.eagle3.hidden_states import default_aux_layers
 from pipeline.eagle3.shards import ShardReader, list_shards, validate_shard
 from pipeline.eagle3.train_data import TrainData
 from pipeline.errors import ActionError

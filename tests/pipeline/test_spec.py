@@ -10,7 +10,8 @@ import pytest
 from pipeline.actions import params_to_argv
 from pipeline.durations import format_duration, parse_duration
 from pipeline.errors import SpecError
-from pipeline.spec import HostSpec, Stage, load_spec, parse_spec, topological_order
+from pipeline.spec import HostSpec, Stage, load_spec, parse_spec
+from pipeline.stage_graph import topological_order
 
 EXAMPLE = """\
 pipeline: eagle3-remote

@@ -10,7 +10,9 @@ import sys
 from tests.conftest import ROOT
 
 MODULES = ["pipeline.eagle3.preflight", "pipeline.eagle3.serve", "pipeline.eagle3.benchmark",
-           "pipeline.vllm_compat", "pipeline.vllm_probe", "pipeline.vllm_metrics",
+           "pipeline.eagle3.load_levels",
+           "pipeline.vllm_compat", "pipeline.vllm_probe", "pipeline.vllm_drafter",
+           "pipeline.vllm_metrics",
            "pipeline.vllm_server",
            "pipeline.openai_client", "pipeline.service", "pipeline.model_files"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.eagle3.checks_functional import load_served, untrained_like
 from pipeline.eagle3.common import load_tokenizer, load_verifier
 from pipeline.eagle3.heldout import load_heldout
+from pipeline.eagle3.served_drafter import load_served, untrained_like
 from pipeline.eagle3.specdecode import (
     DecodeStats,
     VerifierSteps,

@@ -2,7 +2,7 @@
 
 Run by path (``PY -c 'runpy...' vllm_side.py IN.json OUT_DIR``, as
 :func:`pipeline.vllm_compat.ask` runs the probe): it cannot import this project, so it
-loads ``pipeline/vllm_probe.py`` by path too. For one drafter export and its verifier it:
+loads ``pipeline/vllm_probe.py`` by path too (and through it ``pipeline/vllm_drafter.py``). For one drafter export and its verifier it:
 
 1. parses the ``vllm serve`` command line ``eagle3.serve`` builds with vLLM's own parser
    and turns it into ``AsyncEngineArgs``;
@@ -35,26 +35,27 @@ def main(request_path: str, out_dir: str) -> int:
     with open(request_path) as fh:
         request = json.load(fh)
     probe = runpy.run_path(request["probe"])
+    drafter = probe["vllm_drafter"]()
     import torch
     from safetensors.torch import load_file, save_file
 
     answer: dict[str, Any] = {"version": probe["installed_version"]()[0]}
     answer["serve_args"] = _parse_serve(request["serve_argv"])
 
-    config = probe["vllm_configs"](request["verifier"], request["drafter"],
-                                   dtype=request.get("dtype", "float32"))
+    config = drafter["vllm_configs"](request["verifier"], request["drafter"],
+                                     dtype=request.get("dtype", "float32"))
     spec = config.speculative_config
     hf = spec.draft_model_config.hf_config
     answer["configs"] = {
         "method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens,
         "draft_architectures": list(getattr(hf, "architectures", None) or []),
         "draft_vocab_size": getattr(hf, "draft_vocab_size", None),
-        "aux_layer_ids": probe["_aux_ids"](config),
+        "aux_layer_ids": drafter["aux_ids"](config),
         "norm_before_residual": bool(getattr(hf, "norm_before_residual", False)),
         "target_layers": config.model_config.get_total_num_hidden_layers(),
         "target_model_type": config.model_config.hf_text_config.model_type}
 
-    model, cls_name = probe["build_drafter"](config, device="cpu")
+    model, cls_name = drafter["build_drafter"](config, device="cpu")
     answer["class"] = cls_name
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader import get_model_loader
