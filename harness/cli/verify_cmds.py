@@ -90,6 +90,16 @@ def run_verification(params: dict[str, Any], log: Any) -> StageResult:
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:1, auto.")
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]),
               default="float32", show_default=True, help="Compute dtype of the functional checks.")
+@click.option("--device-map", metavar="MAP",
+              help="Spread the verifier over devices for the functional checks (accelerate's "
+                   "placement): auto, balanced, balanced_low_0, sequential, or a JSON map of "
+                   "module to device. --max-memory alone implies auto.")
+@click.option("--max-memory", metavar="JSON",
+              help='The most verifier weights per device, e.g. \'{"0": "60GiB", "cpu": '
+                   '"200GiB"}\' (GPU index, "cpu", "disk").')
+@click.option("--offload-folder", type=click.Path(path_type=Path),
+              help="Where layers placed on 'disk' are kept (needed when the map offloads "
+                   "to disk).")
 @click.option("--vllm-python", metavar="PATH",
               help="Interpreter of the vLLM that will serve (default: this one).")
 @click.option("--vllm-version", metavar="X.Y.Z",
@@ -107,7 +117,8 @@ def run_verification(params: dict[str, Any], log: Any) -> StageResult:
 @json_option
 def verify_cmd(checkpoint: Path, verifier: Path, data: Path | None, exclude: Path | None,
                functional: bool | None, k: int, samples: int, max_new_tokens: int,
-               previous: Path | None, device: str, dtype: str, vllm_python: str | None,
+               previous: Path | None, device: str, dtype: str, device_map: str | None,
+               max_memory: str | None, offload_folder: Path | None, vllm_python: str | None,
                vllm_version: str | None, require_vllm: bool, gates: tuple[str, ...],
                todo_id: str | None, no_record: bool, as_json: bool) -> None:
     """Verify an EAGLE-3 drafter CHECKPOINT against its verifier: structure (config, keys,
@@ -134,7 +145,9 @@ def verify_cmd(checkpoint: Path, verifier: Path, data: Path | None, exclude: Pat
     params = {"checkpoint": checkpoint, "verifier": verifier, "data": data,
               "exclude": exclude, "functional": functional, "k": k, "samples": samples,
               "max_new_tokens": max_new_tokens, "previous": previous, "device": device,
-              "dtype": dtype, "vllm_python": vllm_python, "vllm_version": vllm_version,
+              "dtype": dtype, "device_map": device_map, "max_memory": max_memory,
+              "offload_folder": offload_folder,
+              "vllm_python": vllm_python, "vllm_version": vllm_version,
               "require_vllm": require_vllm}
     result = run_verification(params, log=lambda msg: click.echo(msg, err=True))
     gate_ok, gate_lines = evaluate_gate(gate, result.metrics)

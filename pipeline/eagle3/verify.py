@@ -124,6 +124,10 @@ def run(args: argparse.Namespace, log: Any = None) -> StageResult:
     if args.functional and args.data is None:
         raise ActionError("the functional checks need held-out prompts: give --data (or "
                           "--no-functional)")
+    if args.functional:
+        from pipeline.eagle3.placement import placement_from_args
+
+        placement_from_args(args, None)  # a bad flag fails before any check runs
     verifier = VerifierInfo.read(Path(args.verifier))
     checkpoint = resolve_checkpoint_dir(Path(args.checkpoint)).resolve()
 
@@ -196,8 +200,10 @@ def _functional(args: argparse.Namespace, checkpoint: Path, layout: Any,
     longest = max(len(p.ids) for p in prompts) + args.max_new_tokens + args.k + 1
     work = Workload(batch=1, seq=longest, kv_tokens=longest, logits_rows=longest)
     # The functional checks read the embedding and lm_head weights themselves.
-    verifier = load_placed(Path(args.verifier), dtype, placement, work, log,
-                           keep=["model.embed_tokens", "lm_head"]).model
+    placed = load_placed(Path(args.verifier), dtype, placement, work, log,
+                         keep=["model.embed_tokens", "lm_head"])
+    verifier = placed.model
+    result.metrics["memory_plan"] = placed.plan.to_json()
     settings = FunctionalSettings(k=args.k, max_new_tokens=args.max_new_tokens,
                                   seed=args.seed, min_gain=args.min_gain,
                                   baselines_free_running=args.baselines_free_running,

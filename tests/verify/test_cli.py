@@ -114,3 +114,28 @@ def test_without_torch_the_error_says_what_to_install(good, tmp_path, db_url):
     assert proc.returncode == 1, err
     assert "todo-harness[eagle3]" in err and "torch" in err and len(err.splitlines()) == 1
     assert sys.executable  # the same interpreter, only the packages hidden
+
+
+def test_placement_flags_reach_the_functional_checks(good, tmp_path, db_url):
+    """A verifier spread over CPU memory and disk by --max-memory measures what it measures
+    on one device; a map that is not JSON is one line naming the flag, and nothing is
+    recorded."""
+    common = ["--db", db_url, "verify", str(good["dir"]), "--verifier", str(good["verifier"]),
+              "--data", str(good["prompts"]), "--exclude", str(good["exclude"]),
+              "--samples", "2", "--max-new-tokens", "16", "--device", "cpu", "--json"]
+    one = run_cli(common)
+    assert one.code == 0, one.err
+    spread = run_cli([*common, "--max-memory", '{"cpu": "700KB"}',
+                      "--offload-folder", str(tmp_path / "offload")])
+    assert spread.code == 0, spread.err
+    a, b = (json.loads(r.out)["result"]["metrics"] for r in (one, spread))
+    assert "disk" in json.dumps(b["memory_plan"]) and "disk" not in json.dumps(a["memory_plan"])
+    for key in ("tau", "acceptance_per_position", "teacher_forced_tau", "generated_tokens"):
+        assert a[key] == b[key], key
+
+    bad = run_cli([*common, "--max-memory", "{cpu: lots}"])
+    assert bad.code == 1 and bad.out == ""
+    lines = bad.err.strip().splitlines()
+    assert len(lines) == 1 and "--max-memory" in lines[0] and "Traceback" not in bad.err
+    with Store.open(db_url) as store:
+        assert len(store.verifications()) == 2
