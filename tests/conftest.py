@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import sys
 import warnings
@@ -48,6 +49,11 @@ os.environ["HARNESS_CHECK_METRICS"] = "1"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A suite started as a background job of a non-interactive shell inherits SIGINT
+    # ignored, and so would every child it starts: the Ctrl-C tests would then test nothing.
+    # A handler (unlike SIG_IGN) is reset to the default in each exec'd child.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     config.addinivalue_line(
         "markers", "sqlite: SQLite-specific (pragmas, files); not run on PostgreSQL")
 
