@@ -107,6 +107,14 @@ class JobStatus:
         return self.state != "running"
 
 
+@dataclass(frozen=True)
+class JobInputs:
+    env: dict[str, str]   # the host's environment under the job's own, checked
+    run_dir: str
+    wrapper: str          # the job's argv, run in its working directory
+    description: str      # the command as shown, secrets masked
+
+
 class Executor(ABC):
     """Runs commands and detached jobs on one host. Use as a context manager to close it."""
 
@@ -239,17 +247,10 @@ class Executor(ABC):
         finished) this re-attaches to it and launches nothing. Safe to retry after a
         dropped connection for the same reason.
         """
-        if isinstance(argv, str):
-            raise TypeError("start_detached takes an argv list; use ['bash', '-c', text]")
-        argv = list(argv)
-        full_env = {**self.host.env, **(env or {})}
-        check_env(full_env)
-        run_dir = self.run_dir(run_id)
-        where = self.resolve(cwd) if cwd else self.workdir
-        description = describe(argv, env or {}, where)
-        script = jobscripts.launch_script(run_dir, jobscripts.job_wrapper(argv, where),
-                                          description)
-        code, out, err = self.with_reconnect(lambda: self._shell_env(script, full_env, 60))
+        job = self._job_inputs(run_id, argv, env, cwd)
+        run_dir, description = job.run_dir, job.description
+        script = jobscripts.launch_script(run_dir, job.wrapper, description)
+        code, out, err = self.with_reconnect(lambda: self._shell_env(script, job.env, 60))
         words = out.split()
         if code != 0 or not words or words[0] not in ("launched", "attached"):
             raise JobError(f"could not start job {run_id!r}: exit {code}: "
@@ -264,6 +265,19 @@ class Executor(ABC):
             description = self._read_text(f"{run_dir}/cmd").strip() or description
         return JobHandle(run_id=run_id, host=self.host.name, run_dir=run_dir, pid=pid,
                          command=description, attached=words[0] == "attached")
+
+    def _job_inputs(self, run_id: str, argv: Sequence[str], env: Mapping[str, str] | None,
+                    cwd: str | None) -> JobInputs:
+        """What every kind of detached job starts from, checked before anything is sent."""
+        if isinstance(argv, str):
+            raise TypeError("start_detached takes an argv list; use ['bash', '-c', text]")
+        argv = list(argv)
+        full_env = {**self.host.env, **(env or {})}
+        check_env(full_env)
+        where = self.resolve(cwd) if cwd else self.workdir
+        return JobInputs(env=full_env, run_dir=self.run_dir(run_id),
+                         wrapper=jobscripts.job_wrapper(argv, where),
+                         description=describe(argv, env or {}, where))
 
     def attach(self, run_id: str) -> JobHandle | None:
         """The handle of an existing job, from its files alone; None if there is none."""

@@ -36,10 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pipeline import jobscripts
 from pipeline.errors import JobError
-from pipeline.executor import Executor, JobHandle, JobState, JobStatus, check_env, executor_for
-from pipeline.redact import describe
+from pipeline.executor import Executor, JobHandle, JobState, JobStatus, executor_for
 from pipeline.slurm_watch import SlurmJob, SlurmWatcher
 from pipeline.spec_models import HostSpec
 
@@ -170,20 +168,13 @@ class SlurmExecutor(Executor):
                        cwd: str | None = None) -> JobHandle:
         """Submit ``argv`` as a batch job, once per ``run_id``: a run directory that already
         has a submission is re-attached to, by its job id (or its name)."""
-        if isinstance(argv, str):
-            raise TypeError("start_detached takes an argv list; use ['bash', '-c', text]")
-        argv = list(argv)
-        full_env = {**self.host.env, **(env or {})}
-        check_env(full_env)
-        run_dir = self.run_dir(run_id)
-        where = self.resolve(cwd) if cwd else self.workdir
-        description = describe(argv, env or {}, where)
-        script = _submit_script(run_dir, jobscripts.job_wrapper(argv, where), description,
+        job = self._job_inputs(run_id, argv, env, cwd)
+        run_dir, description = job.run_dir, job.description
+        script = _submit_script(run_dir, job.wrapper, description,
                                 sbatch_flags(self.host, run_id, run_dir))
         # The environment is the submitting shell's (never a file; on this machine never an
         # argv), and sbatch's default --export=ALL hands it to the job.
-        code, out, err = self.with_reconnect(
-            lambda: self._shell_env(script, full_env, 120))
+        code, out, err = self.with_reconnect(lambda: self._shell_env(script, job.env, 120))
         words = out.split()
         if code != 0 or not words or words[0] not in ("submitted", "attached", "refused"):
             raise JobError(f"could not submit job {run_id!r}: exit {code}: "
