@@ -181,14 +181,10 @@ class SlurmExecutor(Executor):
                            f"{' '.join((err or out).split())[:300]}", where=self.host.name)
         job_id = words[1] if len(words) > 1 and words[1] != "-" else None
         if words[0] == "refused":
-            # sbatch may fail after the controller took the job (a timed-out reply):
-            # a job of this name is that job, not one to submit again.
-            job_id = self.with_reconnect(lambda: self.watcher.find_by_name(run_id))
-            if job_id is None:
-                said = self._read_text(f"{run_dir}/submit_error")
-                raise JobError(f"sbatch refused job {run_id!r}: "
-                               f"{' '.join(said.split())[:300]}", where=self.host.name)
-            self._write_job_id(run_dir, job_id)
+            # sbatch may fail after the controller took the job (a timed-out reply): a job
+            # of this name is that job, not one to submit again.
+            job_id = self._job_by_name(run_id, run_dir, lambda: (
+                f"sbatch refused job {run_id!r}: {self._sbatch_said(run_dir)}"))
         if job_id is None:
             job_id = self._find_lost_submission(run_id, run_dir)
         if words[0] == "attached":
@@ -210,12 +206,9 @@ class SlurmExecutor(Executor):
         if words[0] == "missing":
             return None
         if words[0] == "refused":
-            job_id = self.with_reconnect(lambda: self.watcher.find_by_name(run_id))
-            if job_id is None:
-                said = self._read_text(f"{run_dir}/submit_error")
-                raise JobError(f"job {run_id!r} was never submitted: sbatch said "
-                               f"{' '.join(said.split())[:300]}", where=self.host.name)
-            self._write_job_id(run_dir, job_id)
+            job_id = self._job_by_name(run_id, run_dir, lambda: (
+                f"job {run_id!r} was never submitted: sbatch said "
+                f"{self._sbatch_said(run_dir)}"))
         else:
             job_id = words[1] if words[0] == "job" else \
                 self._find_lost_submission(run_id, run_dir)
@@ -260,13 +253,21 @@ class SlurmExecutor(Executor):
     def _find_lost_submission(self, run_id: str, run_dir: str) -> str:
         """A submission whose shell died between sbatch and writing ``job_id``: find the
         job by its name (the run key) and write the id down; never submit again."""
+        return self._job_by_name(run_id, run_dir, lambda: (
+            f"job {run_id!r} was being submitted, but Slurm knows no job of that name; "
+            f"look in {run_dir} (remove `started` to submit anew)"))
+
+    def _job_by_name(self, run_id: str, run_dir: str, missing: Callable[[], str]) -> str:
+        """The job named after the run, its id written down; none is the error ``missing``
+        says."""
         job_id = self.with_reconnect(lambda: self.watcher.find_by_name(run_id))
         if job_id is None:
-            raise JobError(f"job {run_id!r} was being submitted, but Slurm knows no job of "
-                           f"that name; look in {run_dir} (remove `started` to submit anew)",
-                           where=self.host.name)
+            raise JobError(missing(), where=self.host.name)
         self._write_job_id(run_dir, job_id)
         return job_id
+
+    def _sbatch_said(self, run_dir: str) -> str:
+        return " ".join(self._read_text(f"{run_dir}/submit_error").split())[:300]
 
     def _write_job_id(self, run_dir: str, job_id: str) -> None:
         self.run(["sh", "-c", 'printf "%s\\n" "$1" > job_id.tmp && mv -f job_id.tmp job_id',
