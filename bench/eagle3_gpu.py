@@ -111,19 +111,27 @@ def make_verifier(cfg: dict, device, dtype):
     return model.to(dtype).eval()
 
 
-def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir: Path,
-                  targets: list[Path], repeats: int = 3) -> list:
+def verifier_and_batches(tiny: bool, device, batch: int, seq: int, iters: int, seed: int):
+    """The bench's verifier (random weights), its aux layers and ``iters`` random batches
+    of B x S ids on the CPU, as the extract and online sections both start."""
     from pipeline.eagle3.common import default_aux_layers
-    from pipeline.eagle3.hidden_states import Capture, extract
 
     cfg = TINY if tiny else LLAMA_1B
     dtype = torch.float32 if tiny else torch.bfloat16
     model = make_verifier(cfg, device, dtype)
-    hidden = cfg["hidden_size"]
-    aux_layers = default_aux_layers(cfg["num_hidden_layers"])
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator().manual_seed(seed)
     batches = [torch.randint(0, cfg["vocab_size"], (batch, seq), generator=g)
                for _ in range(iters)]
+    return cfg, dtype, model, default_aux_layers(cfg["num_hidden_layers"]), batches
+
+
+def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir: Path,
+                  targets: list[Path], repeats: int = 3) -> list:
+    from pipeline.eagle3.hidden_states import Capture, extract
+
+    cfg, dtype, model, aux_layers, batches = verifier_and_batches(tiny, device, batch, seq,
+                                                                  iters, seed=1)
+    hidden = cfg["hidden_size"]
     dev_batches = [b.to(device) for b in batches]
     tokens = batch * seq * iters
     flops = llama_forward_flops(cfg, seq) * tokens
@@ -342,19 +350,13 @@ def bench_online(device, tiny: bool, batch: int, seq: int, iters: int, workdir: 
     """Offline (the stage's extract() writing shards, then training steps on batches read
     back from them) against online (the verifier's capture feeding each training step), on
     the same random batches, one epoch; tokens/s end to end."""
-    from pipeline.eagle3.common import default_aux_layers
     from pipeline.eagle3.hidden_states import Capture, extract
     from pipeline.eagle3.shards import INDEX, SHARD_FORMAT
     from pipeline.eagle3.train_data import TrainData
 
-    cfg = TINY if tiny else LLAMA_1B
-    dtype = torch.float32 if tiny else torch.bfloat16
-    model = make_verifier(cfg, device, dtype)
+    cfg, dtype, model, aux_layers, batches = verifier_and_batches(tiny, device, batch, seq,
+                                                                  iters, seed=3)
     hidden = cfg["hidden_size"]
-    aux_layers = default_aux_layers(cfg["num_hidden_layers"])
-    g = torch.Generator().manual_seed(3)
-    batches = [torch.randint(0, cfg["vocab_size"], (batch, seq), generator=g)
-               for _ in range(iters)]
     tokens = batch * seq * iters
     train, _ = make_trainer(tiny, 3, device, "sdpa", True, blocks=not tiny)
     mask = torch.ones(batch, seq, dtype=torch.uint8, device=device)
