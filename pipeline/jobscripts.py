@@ -6,6 +6,9 @@ directory::
 
     <workdir>/.harness/runs/<run_id>/
         started     created exclusively (noclobber) by the one launch that wins
+        env         only for a batch job, between submission and its start: the job's
+                    environment, mode 0600, read and removed by job.sh before the command
+                    runs (:mod:`pipeline.slurm`)
         cmd         the command, redacted, for people
         job.sh      the wrapper below
         pid         the wrapper's pid = the job's process group and session id
@@ -14,17 +17,43 @@ directory::
         exit_code   written through a temporary file and mv, so it is never half there
         cancelled   written by cancel() before it signals the group
 
-Every value that reaches these scripts goes through :func:`shlex.quote`. Standard library
-only.
+Every value that reaches these scripts goes through :func:`shlex.quote`. No environment
+value ever does: values travel on a shell's standard input (:data:`ENV_FROM_STDIN`) or in
+its process environment, never in a command line, which any user of the host can read in
+``ps`` and ``/proc/PID/cmdline``. Standard library only.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 
-__all__ = ["cancel_script", "job_wrapper", "launch_script", "poll_script"]
+__all__ = ["ENV_FILE", "ENV_FROM_STDIN", "cancel_script", "export_lines", "job_wrapper",
+           "launch_script", "poll_script", "write_env_file"]
 
 q = shlex.quote
+
+#: The first line of a script whose environment arrives on its standard input as
+#: :func:`export_lines`: the shell evaluates them itself (``cat`` hands them over a pipe),
+#: so the values are in no argv and in no file. The script's commands then see an empty
+#: standard input.
+ENV_FROM_STDIN = 'eval "$(cat)"\n'
+#: A batch job's environment in its run directory until job.sh has read it.
+ENV_FILE = "env"
+
+
+def export_lines(env: Mapping[str, str]) -> str:
+    """``export NAME='value'`` lines for a shell to evaluate or source; names are checked
+    by the executor (:func:`pipeline.executor.check_env`)."""
+    return "".join(f"export {k}={q(v)}\n" for k, v in env.items())
+
+
+def write_env_file() -> str:
+    """Shell lines that store the script's standard input as :data:`ENV_FILE`, created mode
+    0600 (umask before the file exists, so it is never readable by others, not even for a
+    moment) and complete before it appears under its name."""
+    return (f"rm -f {ENV_FILE}.tmp && ( umask 077 && cat > {ENV_FILE}.tmp ) && "
+            f"mv -f {ENV_FILE}.tmp {ENV_FILE} || exit 1\n")
 
 # Shell functions shared by poll and cancel. A zombie counts as dead: on containers whose
 # pid 1 does not reap, a killed wrapper stays a zombie forever and `kill -0` would call it
@@ -74,10 +103,13 @@ def job_wrapper(argv: list[str], cwd: str) -> str:
 
     The wrapper traps TERM so that when cancel() signals the whole group it outlives the
     command long enough to record 143; the subshell resets the trap, so the command itself
-    gets the default TERM behaviour.
+    gets the default TERM behaviour. A batch job's environment is in :data:`ENV_FILE`:
+    the wrapper sources it and removes it before anything else, so the values are on disk
+    only while the job waits in the queue.
     """
     return "\n".join([
         "# Detached job wrapper written by the harness (pipeline/jobscripts.py).",
+        f"if [ -f {ENV_FILE} ]; then . ./{ENV_FILE}; rm -f {ENV_FILE}; fi",
         "if read -r st 2>/dev/null < /proc/$$/stat; then",
         "  r=${st##*) }",
         "  set -- $r",
@@ -97,8 +129,9 @@ def launch_script(run_dir: str, wrapper: str, description: str,
     """Start the job unless this run dir already has one; print ``launched|attached PID``.
 
     The job inherits the launching shell's environment, which the executor sets
-    (:meth:`pipeline.executor.Executor._shell_env`): values reach the job without being
-    written to any file on the host, and on this machine without being in any argv.
+    (:meth:`pipeline.executor.Executor._shell_env`: over SSH the values arrive on the
+    shell's standard input, on this machine in its environment): they reach the job without
+    being in any argv or written to any file on the host.
     """
     tries = max(1, int(wait_s / 0.05))
     return (
