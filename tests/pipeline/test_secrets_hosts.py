@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 import shutil
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ import pytest
 from state.store import Store
 from tests.other_user import OtherUser, Report, other_user  # noqa: F401 (fixture)
 from tests.pipeline.test_ssh_config import forwards_to, known_hosts, logins, write_config
+from tests.slurm import SlurmCluster, SlurmUnavailable
 from tests.sshd import SSHServer, started
 from tests.test_runner import in_thread, make_runner, ssh_entry, write_spec
 
@@ -158,3 +161,63 @@ def test_ssh_through_a_proxyjump_host(tmp_path: Path, store: Store, db_path: Pat
     # every login on the target came through the jump host
     assert logins(target) > before_logins
     assert forwards_to(jump, target) - before_forwards == logins(target) - before_logins
+
+
+# --- Slurm -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def open_cluster() -> Iterator[SlurmCluster]:
+    """A cluster of its own in a directory every user may enter, as /etc/slurm and munge's
+    socket are on a real login node: the other user's ``scontrol`` must reach it (the
+    session's cluster lives under pytest's private temporary directory)."""
+    root = Path(tempfile.mkdtemp(prefix="harness-slurm-"))
+    root.chmod(0o755)
+    cluster: SlurmCluster | None = None
+    try:
+        cluster = SlurmCluster(root)
+        cluster.start()
+    except (SlurmUnavailable, OSError, subprocess.SubprocessError) as exc:
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"SLURM TESTS SKIPPED: a real Slurm could not start: "
+                    f"{' '.join(str(exc).split())[:300]}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slurm
+def test_slurm(tmp_path: Path, store: Store, db_path: Path, other_user: OtherUser,  # noqa: F811
+               open_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On top of the sweep: what the other user's Slurm commands say about the running job,
+    and every file of the controller and the node (its state, spool and logs, read as root:
+    sbatch's environment is kept there with the job), hold no trace of the secret."""
+    for key, value in open_cluster.env.items():
+        monkeypatch.setenv(key, value)
+    work = tmp_path / "work"
+    entry = {"scheduler": "slurm", "workdir": str(work), "scheduler_poll": 0.5}
+    said: list[str] = []
+
+    def ask_slurm(secret: str) -> None:
+        job_id = next((work / ".harness" / "runs").glob("*/job_id")).read_text().strip()
+        for argv in (["scontrol", "show", "job", "-d", job_id],
+                     ["scontrol", "show", "job", "-dd", job_id],
+                     ["scontrol", "write", "batch_script", job_id, "-"],
+                     ["sacct", "-j", job_id, "--format=ALL"],
+                     ["squeue", "-j", job_id, "-o", "%all"]):
+            said.append(other_user.run(argv, env=open_cluster.env))
+        assert not [out for out in said if secret in out], said
+
+    def daemon_files() -> list[Path]:
+        return [p for p in open_cluster.root.rglob("*") if p.is_file()]
+
+    seen = run_watched(tmp_path, store, db_path, other_user, entry,
+                       watch_files=daemon_files, during=ask_slurm)
+    check(seen, work)
+    shown = "\n".join(said)
+    # the other user did reach the controller and see the job, just not its secret
+    assert f"Command={work}/.harness/runs/" in shown and "JobState=RUNNING" in shown, shown
+    assert not list((work / ".harness" / "runs").glob("*/env*"))
