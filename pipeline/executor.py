@@ -152,8 +152,8 @@ class Executor(ABC):
         own (this machine) overrides it."""
         if not env:
             return self._shell(script, timeout)
-        return self._shell_input(jobscripts.ENV_FROM_STDIN + script,
-                                 jobscripts.export_lines(env).encode(), timeout)
+        sent = jobscripts.stdin_env(env)
+        return self._shell_input(sent.prelude + script, sent.data, timeout)
 
     @abstractmethod
     def _read(self, path: str, offset: int, limit: int) -> bytes:

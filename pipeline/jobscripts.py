@@ -18,42 +18,78 @@ directory::
         cancelled   written by cancel() before it signals the group
 
 Every value that reaches these scripts goes through :func:`shlex.quote`. No environment
-value ever does: values travel on a shell's standard input (:data:`ENV_FROM_STDIN`) or in
-its process environment, never in a command line, which any user of the host can read in
+value ever does: values travel on a shell's standard input or in
+its process environment (:class:`StdinEnv`), never in a command line, which any user of the host can read in
 ``ps`` and ``/proc/PID/cmdline``. Standard library only.
 """
 
 from __future__ import annotations
 
+import secrets
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-__all__ = ["ENV_FILE", "ENV_FROM_STDIN", "cancel_script", "export_lines", "job_wrapper",
-           "launch_script", "poll_script", "write_env_file"]
+__all__ = ["ENV_FILE", "StdinEnv", "cancel_script", "export_lines", "job_wrapper",
+           "launch_script", "poll_script", "stdin_env", "write_env_file"]
 
 q = shlex.quote
 
-#: The first line of a script whose environment arrives on its standard input as
-#: :func:`export_lines`: the shell evaluates them itself (``cat`` hands them over a pipe),
-#: so the values are in no argv and in no file. The script's commands then see an empty
-#: standard input.
-ENV_FROM_STDIN = 'eval "$(cat)"\n'
 #: A batch job's environment in its run directory until job.sh has read it.
 ENV_FILE = "env"
 
 
+@dataclass(frozen=True)
+class StdinEnv:
+    """An environment to send on a shell's standard input: ``data``, the ``export`` lines
+    and a random end line (a comment); ``reader``, the shell command that prints them back,
+    end line included, for the shell to evaluate or to store; ``end``, that line, by which
+    a script knows the lines arrived whole. The reader stops at the end line rather than
+    at end of file: over SSH a channel's end of file can follow its data by tens of
+    milliseconds (Nagle's algorithm against the server's delayed ACK), on every command."""
+
+    reader: str
+    data: bytes
+    end: str
+
+    @property
+    def prelude(self) -> str:
+        """The first lines of a script that takes its environment from its standard
+        input. The shell evaluates the lines itself (``sed`` hands them over a pipe), so
+        the values are in no argv and in no file; lines cut short run nothing."""
+        return (f"_harness_env=$({self.reader})\n"
+                f'case $_harness_env in *{q(self.end)}) eval "$_harness_env" ;;\n'
+                "  *) echo 'harness: the environment arrived cut short' >&2; exit 1 ;;\n"
+                "esac\n"
+                "unset _harness_env\n")
+
+
+def stdin_env(env: Mapping[str, str]) -> StdinEnv:
+    """``env`` as :class:`StdinEnv`; names are checked by the executor
+    (:func:`pipeline.executor.check_env`)."""
+    lines = export_lines(env)
+    end = f"# harness-env-end-{secrets.token_hex(8)}"
+    while end in lines:  # a value holding the random end line: practically never
+        end = f"# harness-env-end-{secrets.token_hex(8)}"
+    return StdinEnv(reader=f"sed {q(f'/^{end}$/q')}", data=f"{lines}{end}\n".encode(),
+                    end=end)
+
+
 def export_lines(env: Mapping[str, str]) -> str:
-    """``export NAME='value'`` lines for a shell to evaluate or source; names are checked
-    by the executor (:func:`pipeline.executor.check_env`)."""
+    """``export NAME='value'`` lines for a shell to evaluate or source."""
     return "".join(f"export {k}={q(v)}\n" for k, v in env.items())
 
 
-def write_env_file() -> str:
-    """Shell lines that store the script's standard input as :data:`ENV_FILE`, created mode
-    0600 (umask before the file exists, so it is never readable by others, not even for a
-    moment) and complete before it appears under its name."""
-    return (f"rm -f {ENV_FILE}.tmp && ( umask 077 && cat > {ENV_FILE}.tmp ) && "
-            f"mv -f {ENV_FILE}.tmp {ENV_FILE} || exit 1\n")
+def write_env_file(sent: StdinEnv) -> str:
+    """A shell line that stores what ``sent``'s reader prints as :data:`ENV_FILE`, created
+    mode 0600 (the umask is set before the file exists, so it is never readable by others,
+    not even for a moment), and only when it arrived whole."""
+    tmp = f"{ENV_FILE}.tmp"
+    return (f"rm -f {tmp} && ( umask 077 && {sent.reader} > {tmp} ) && "
+            f"[ \"$(tail -n 1 {tmp})\" = {q(sent.end)} ] && mv -f {tmp} {ENV_FILE} "
+            f"|| {{ rm -f {tmp}; echo 'harness: the environment arrived cut short' >&2; "
+            "exit 1; }\n")
+
 
 # Shell functions shared by poll and cancel. A zombie counts as dead: on containers whose
 # pid 1 does not reap, a killed wrapper stays a zombie forever and `kill -0` would call it

@@ -179,13 +179,13 @@ class SlurmExecutor(Executor):
         has a submission is re-attached to, by its job id (or its name)."""
         job = self._job_inputs(run_id, argv, env, cwd)
         run_dir, description = job.run_dir, job.description
-        script = _submit_script(run_dir, job.wrapper, description,
-                                sbatch_flags(self.host, run_id, run_dir))
         # The job's environment goes on the submitting shell's stdin into a 0600 file that
         # job.sh reads and removes: in the shell's environment, sbatch's --export=ALL would
         # hand it to slurmctld, which keeps it in its state files for the job's lifetime.
-        data = jobscripts.export_lines(job.env).encode()
-        code, out, err = self.with_reconnect(lambda: self._shell_input(script, data, 120))
+        sent = jobscripts.stdin_env(job.env)
+        script = _submit_script(run_dir, job.wrapper, description,
+                                sbatch_flags(self.host, run_id, run_dir), sent)
+        code, out, err = self.with_reconnect(lambda: self._shell_input(script, sent.data, 120))
         words = out.split()
         if code != 0 or not words or words[0] not in ("submitted", "attached", "refused"):
             raise JobError(f"could not submit job {run_id!r}: exit {code}: "
@@ -295,9 +295,10 @@ class SlurmExecutor(Executor):
 
 
 def _submit_script(run_dir: str, wrapper: str, description: str, flags: list[str],
-                   wait_s: float = 10.0) -> str:
+                   env: jobscripts.StdinEnv, wait_s: float = 10.0) -> str:
     """Submit unless the run dir has a submission; print ``submitted|attached ID`` (``-``
-    when another submitter has not written the id yet), or ``refused``."""
+    when another submitter has not written the id yet), or ``refused``. The job's
+    environment arrives on its standard input as ``env`` says."""
     tries = max(1, int(wait_s / 0.05))
     return (
         f"mkdir -p {q(run_dir)} && cd {q(run_dir)} || exit 1\n"
@@ -307,7 +308,7 @@ def _submit_script(run_dir: str, wrapper: str, description: str, flags: list[str
         f"  printf '%s\\n' {q(description)} > cmd\n"
         f"  printf '%s' {q(wrapper)} > job.sh\n"
         f"  printf '%s' {q(_BATCH)} > batch.sh\n"
-        f"  {jobscripts.write_env_file()}"
+        f"  {jobscripts.write_env_file(env)}"
         f"  out=$(sbatch {shlex.join(flags)} batch.sh 2>sbatch.err); rc=$?\n"
         '  if [ $rc -eq 0 ] && [ -n "$out" ]; then\n'
         '    printf "%s\\n" "${out%%;*}" > job_id.tmp && mv -f job_id.tmp job_id\n'
