@@ -221,3 +221,33 @@ def test_slurm(tmp_path: Path, store: Store, db_path: Path, other_user: OtherUse
     # the other user did reach the controller and see the job, just not its secret
     assert f"Command={work}/.harness/runs/" in shown and "JobState=RUNNING" in shown, shown
     assert not list((work / ".harness" / "runs").glob("*/env*"))
+
+
+@pytest.mark.slurm
+def test_a_queued_jobs_environment_file_is_private_and_goes_with_the_job(
+        tmp_path: Path, slurm: SlurmCluster) -> None:
+    """While a batch job waits, its environment is a 0600 file; a job cancelled before it
+    ever ran never reads it, so the harness removes it when it sees the job end."""
+    from pipeline.slurm import SlurmExecutor
+    from pipeline.spec import HostSpec
+
+    secret = f"hf_{secrets.token_hex(16)}"
+    host = HostSpec.model_validate({"name": "cluster", "scheduler": "slurm",
+                                    "workdir": str(tmp_path / "work"), "scheduler_poll": 0.5,
+                                    "sbatch": ["--begin=now+3600"]})
+    with SlurmExecutor(host) as ex:
+        handle = ex.start_detached("queued", ["sh", "-c", "echo never"],
+                                   env={"HF_TOKEN": secret})
+        env_file = Path(handle.run_dir) / "env"
+        assert ex.poll(handle).state == "running"  # pending: it waits for --begin
+        assert env_file.stat().st_mode & 0o777 == 0o600
+        assert secret.encode() in env_file.read_bytes()
+        assert not [p for p in Path(handle.run_dir).iterdir()
+                    if p != env_file and secret.encode() in p.read_bytes()]
+        ex.cancel(handle)
+        deadline = time.monotonic() + 30
+        while not ex.poll(handle).finished:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert ex.poll(handle).state == "cancelled"
+        assert not env_file.exists()
