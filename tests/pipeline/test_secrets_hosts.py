@@ -189,16 +189,29 @@ def open_cluster() -> Iterator[SlurmCluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def open_login(tmp_path_factory: pytest.TempPathFactory,
+               open_cluster: SlurmCluster) -> Iterator[SSHServer]:
+    """A login node of ``open_cluster``, over SSH."""
+    yield from started(tmp_path_factory.mktemp("login"), set_env=open_cluster.env)
+
+
 @pytest.mark.slurm
+@pytest.mark.parametrize("login", ["local", pytest.param("ssh", marks=pytest.mark.ssh)])
 def test_slurm(tmp_path: Path, store: Store, db_path: Path, other_user: OtherUser,  # noqa: F811
-               open_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+               open_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch, login: str,
+               request: pytest.FixtureRequest) -> None:
     """On top of the sweep: what the other user's Slurm commands say about the running job,
     and every file of the controller and the node (its state, spool and logs, read as root:
-    sbatch's environment is kept there with the job), hold no trace of the secret."""
+    sbatch's environment is kept there with the job), hold no trace of the secret. The
+    login node is this machine or an sshd."""
     for key, value in open_cluster.env.items():
         monkeypatch.setenv(key, value)
     work = tmp_path / "work"
     entry = {"scheduler": "slurm", "workdir": str(work), "scheduler_poll": 0.5}
+    if login == "ssh":
+        server: SSHServer = request.getfixturevalue("open_login")
+        entry.update(ssh_entry(server.host_spec(workdir=str(work))))
     said: list[str] = []
 
     def ask_slurm(secret: str) -> None:
