@@ -33,8 +33,12 @@ INT4_PER_WORD = 8
 
 # Decoder projections (what FP8 quantizes): q/k/v/o, MLA's q_a/q_b/kv_a/kv_b, the MLP's
 # gate/up/down in dense layers, shared and routed experts. Not the router (mlp.gate).
-_PROJ = re.compile(r".*\.layers\.\d+\..*_proj(?:_with_mqa)?\.weight")
-_ROUTED = re.compile(r".*\.layers\.\d+\.mlp\.experts\.\d+\.(?:gate|up|down)_proj\.weight")
+# Routed experts appear per expert in checkpoints (experts.7.up_proj.weight) and fused in
+# transformers 5 models (experts.gate_up_proj, [experts, 2 x inter, hidden]).
+_FUSED = r"|.*\.layers\.\d+\.mlp\.experts\.(?:gate_up|down)_proj"
+_PROJ = re.compile(r".*\.layers\.\d+\..*_proj(?:_with_mqa)?\.weight" + _FUSED)
+_ROUTED = re.compile(r".*\.layers\.\d+\.mlp\.experts\.\d+\.(?:gate|up|down)_proj\.weight"
+                     + _FUSED)
 
 # Kimi-K2-Thinking/K2.5's ignore list: everything but the routed experts stays bf16.
 KIMI_INT4_IGNORE = ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
@@ -115,21 +119,29 @@ def int4_config(group: int = INT4_GROUP, targets: str = "experts") -> dict[str, 
             "quant_method": "compressed-tensors", "quantization_status": "compressed"}
 
 
-def stored_weight_bytes(fmt: QuantFormat | None, name: str, shape: tuple[int, ...],
-                        itemsize: int) -> int:
-    """Bytes the checkpoint weight ``name`` of ``shape`` takes as stored (with its scales);
-    ``itemsize``: the bytes of an unquantized element (bf16: 2)."""
+def stored_parts(fmt: QuantFormat | None, name: str, shape: tuple[int, ...],
+                 itemsize: int, dense_dtype: str = "bfloat16") -> dict[str, int]:
+    """Bytes the weight ``name`` of ``shape`` takes as stored, by stored dtype (values and
+    scales apart); ``itemsize``/``dense_dtype``: an unquantized element (bf16: 2)."""
     n = math.prod(shape)
     if fmt is None or len(shape) < 2 or not fmt.quantizes(name):
-        return n * itemsize
+        return {dense_dtype: n * itemsize}
     *lead, rows, cols = shape
     outer = math.prod(lead) if lead else 1
     if fmt.kind == "fp8-block":
         br, bc = fmt.block or FP8_BLOCK
-        return n + outer * math.ceil(rows / br) * math.ceil(cols / bc) * 4
+        return {"float8_e4m3fn": n,
+                "float32": outer * math.ceil(rows / br) * math.ceil(cols / bc) * 4}
     group = fmt.group or INT4_GROUP
-    packed = outer * rows * math.ceil(cols / INT4_PER_WORD) * 4
-    return packed + outer * rows * math.ceil(cols / group) * 2 + 2 * 8
+    return {"int32": outer * rows * math.ceil(cols / INT4_PER_WORD) * 4,
+            "bfloat16": outer * rows * math.ceil(cols / group) * 2,
+            "int64": outer * 2 * 8}  # weight_shape, one per linear
+
+
+def stored_weight_bytes(fmt: QuantFormat | None, name: str, shape: tuple[int, ...],
+                        itemsize: int) -> int:
+    """Bytes the weight ``name`` of ``shape`` takes as stored, with its scales."""
+    return sum(stored_parts(fmt, name, shape, itemsize).values())
 
 
 # -- the formats in torch ----------------------------------------------------------------------
