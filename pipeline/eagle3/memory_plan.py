@@ -31,7 +31,7 @@ from pipeline.eagle3.placement import (
     tp_sharded_patterns,
 )
 from pipeline.eagle3.quant_formats import quant_format, stored_parts
-from pipeline.eagle3.quant_support import DENSE, VLLM_HINT, Holding, holding
+from pipeline.eagle3.quant_support import DENSE, VLLM_HINT, Holding, finish_load, holding
 from pipeline.errors import ActionError
 
 
@@ -399,7 +399,7 @@ def load_placed(verifier: Path, dtype: Any, placement: Placement, work: Workload
     # only when it places the weights itself.
     direct = bool(plan.quant) and getattr(placement.device, "type", "") == "cuda"
     if not placement.spread and not placement.tp and not direct:
-        model = load_verifier(verifier, placement.device, dtype)
+        model = finish_load(load_verifier(verifier, placement.device, dtype))
         return Placed(model, placement.device, plan, placement)
     check_verifier_weights(verifier)
     kwargs: dict[str, Any] = {"dtype": dtype}
@@ -416,7 +416,7 @@ def load_placed(verifier: Path, dtype: Any, placement: Placement, work: Workload
     except (OSError, ValueError, RuntimeError) as exc:
         raise ActionError(f"cannot load the verifier ({str(exc).splitlines()[0][:300]})",
                           where=str(verifier)) from None
-    model.eval()
+    model = finish_load(model).eval()
     if placement.tp or not placement.spread:
         return Placed(model, placement.device, plan, placement)
     return Placed(model, input_device_of(plan.device_map or {}, placement.device), plan,

@@ -163,10 +163,10 @@ def fp8_quantize(w: Any, block: tuple[int, int] = FP8_BLOCK) -> tuple[Any, Any]:
     return q.contiguous(), scale_inv.contiguous()
 
 
-def fp8_dequantize(q: Any, scale_inv: Any, dtype: Any) -> Any:
+def fp8_dequantize(q: Any, scale_inv: Any, dtype: Any,
+                   block: tuple[int, int] = FP8_BLOCK) -> Any:
     rows, cols = q.shape
-    nr, nc = scale_inv.shape
-    br, bc = math.ceil(rows / nr), math.ceil(cols / nc)
+    br, bc = block
     s = scale_inv.repeat_interleave(br, 0).repeat_interleave(bc, 1)[:rows, :cols]
     return (q.float() * s).to(dtype)
 
@@ -216,7 +216,7 @@ def quantize_state(state: dict[str, Any], fmt: QuantFormat, dtype: Any
             if fmt.kind == "fp8-block":
                 q, s = fp8_quantize(t, fmt.block or FP8_BLOCK)
                 stored[name], stored[base + ".weight_scale_inv"] = q, s
-                twin[name] = fp8_dequantize(q, s, dtype)
+                twin[name] = fp8_dequantize(q, s, dtype, fmt.block or FP8_BLOCK)
             else:
                 p, s, shp = int4_quantize(t, fmt.group or INT4_GROUP)
                 stored[base + ".weight_packed"], stored[base + ".weight_scale"] = p, s

@@ -46,9 +46,18 @@ class Holding:
     def bytes_by_dtype(self, name: str, shape: tuple[int, ...], itemsize: int,
                        dense_dtype: str) -> dict[str, int]:
         """Bytes of one model parameter (meta-model name and shape) by the dtype held."""
-        if self.fmt is None or self.mode == DENSE or not self.fmt.quantizes(name):
-            return {dense_dtype: math.prod(shape) * itemsize}
-        return stored_parts(self.fmt, name, shape, itemsize, dense_dtype)
+        dense = {dense_dtype: math.prod(shape) * itemsize}
+        if self.fmt is None or not self.fmt.quantizes(name):
+            return dense
+        if self.mode == STORED:
+            return stored_parts(self.fmt, name, shape, itemsize, dense_dtype)
+        if self.fmt.kind == "int4-pack" and name.endswith(".weight"):
+            # a decompressed compressed-tensors Linear keeps its group scales and shape
+            parts = stored_parts(self.fmt, name, shape, itemsize, dense_dtype)
+            parts.pop("int32", None)
+            for k, v in parts.items():
+                dense[k] = dense.get(k, 0) + v
+        return dense
 
 
 def _fp8_kernel_problem() -> str | None:
@@ -107,3 +116,25 @@ def holding(fmt: QuantFormat | None, device: Any) -> Holding:
 def refusal(fmt: QuantFormat, where: str, why: str) -> ActionError:
     return ActionError(f"transformers cannot run this {fmt.label} verifier on {where}: {why}",
                        hint=VLLM_HINT)
+
+
+def finish_load(model: Any) -> Any:
+    """Decompress a compressed-tensors model now instead of at its first forward.
+
+    compressed-tensors decompresses from a forward pre-hook on the whole model, but the
+    stages run its body (``model.model``) directly, which would find ``Linear`` modules
+    without a ``weight``. The memory plan already counts the decompressed weights.
+    """
+    if getattr(model, "ct_decompress_hook", None) is None:
+        return model
+    compressor = getattr(getattr(model, "hf_quantizer", None), "compressor", None)
+    if compressor is not None and hasattr(compressor, "decompress_model"):
+        compressor.decompress_model(model)
+    hook = getattr(model, "ct_decompress_hook", None)
+    if hook is not None:  # older releases leave it: a one-token forward runs it
+        import torch
+
+        device = next(p.device for p in model.parameters())
+        with torch.no_grad():
+            model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device))
+    return model
