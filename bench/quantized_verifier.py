@@ -14,6 +14,10 @@ multiply in FP8. Measured in one run, on the same batch:
   in torch (a simulation of the kernel's activation quantization, no FP8 kernel involved).
   The FP8 kernel is "within what FP8 implies" when its error is at most 1.5x the simulation's
   at every layer (e4m3 keeps 3 mantissa bits: unit roundoff 2^-4 = 0.0625 per element);
+- the same FP8 weights computed in plain torch (``torch._scaled_mm``, e4m3 x e4m3, once
+  per 128-wide input block): FP8 arithmetic that needs no kernel from the Hub, so the error
+  is measured even where transformers' FP8 path cannot run (its speed is a floor, not a
+  kernel's; MoE experts, fused 3-D tensors in transformers 5, stay bf16 there);
 - forward tokens/s of each (``--batch`` x ``--seq`` tokens, median of ``--iters``), and the
   weight bytes each holds.
 
@@ -105,6 +109,68 @@ def fake_quant_inputs(model) -> list:
     return hooks
 
 
+class BlockFP8Linear:
+    """FP8 block-scaled linear in plain torch: ``torch._scaled_mm`` (e4m3 x e4m3, fp32
+    scales) once per 128-wide block of the input dim, each activation block quantized per
+    token (dynamic, as transformers' kernels do) and each weight block with its 128 x 128
+    block scales spread over the output columns. Not a fused kernel (one matmul per block):
+    its error is FP8's, its speed a floor."""
+
+    def __init__(self, weight, scale_inv, bias):
+        import torch
+
+        n, k = weight.shape
+        self.n, self.k, self.nb = n, k, -(-k // 128)
+        w = torch.zeros(n, self.nb * 128, dtype=weight.dtype, device=weight.device)
+        w[:, :k] = weight
+        self.w = w.view(n, self.nb, 128).permute(1, 0, 2).contiguous()      # [nb, n, 128]
+        cols = scale_inv.float().repeat_interleave(128, 0)[:n]              # [n, nb]
+        self.ws = cols.t().contiguous().unsqueeze(1)                        # [nb, 1, n]
+        self.bias = bias
+
+    def __call__(self, module, args):
+        import torch
+
+        x = args[0]
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.k).float()
+        if self.nb * 128 != self.k:
+            x2 = torch.nn.functional.pad(x2, (0, self.nb * 128 - self.k))
+        g = x2.view(x2.shape[0], self.nb, 128)
+        s = (g.abs().amax(-1, keepdim=True) / FP8_MAX).clamp(min=1e-12)      # [m, nb, 1]
+        q = (g / s).to(torch.float8_e4m3fn)
+        out = torch.zeros(x2.shape[0], self.n, dtype=torch.float32, device=x.device)
+        for j in range(self.nb):
+            out += torch._scaled_mm(q[:, j].contiguous(), self.w[j].t(),
+                                    scale_a=s[:, j].contiguous(), scale_b=self.ws[j],
+                                    out_dtype=torch.bfloat16).float()
+        if self.bias is not None:
+            out += self.bias.float()
+        return out.to(x.dtype).view(*lead, self.n)
+
+
+def torch_fp8(model, fp8_dir: Path, device) -> tuple[int, int]:
+    """Make every linear of ``model`` (the twin) that the FP8 checkpoint stores in e4m3
+    compute with those weights through :class:`BlockFP8Linear`; returns how many, and the
+    bytes their FP8 weights and spread scales take."""
+    import torch
+    from safetensors.torch import load_file
+
+    stored = load_file(str(fp8_dir / "model.safetensors"))
+    n = held = 0
+    for name, mod in model.named_modules():
+        key = name + ".weight"
+        if isinstance(mod, torch.nn.Linear) and key in stored and \
+                stored[key].dtype == torch.float8_e4m3fn:
+            impl = BlockFP8Linear(stored[key].to(device),
+                                  stored[name + ".weight_scale_inv"].to(device), mod.bias)
+            mod.forward = lambda x, impl=impl, mod=mod: impl(mod, (x,))
+            mod.weight = None  # the bf16 copy is no longer read
+            n += 1
+            held += impl.w.numel() + impl.ws.numel() * 4
+    return n, held
+
+
 def states(model, ids):
     import torch
 
@@ -193,7 +259,17 @@ def run(args) -> dict:
         info["sim_rel_err"] = rel_errors(sim, ref)
         info["bf16_tokens_per_s"] = tokens_per_s(twin, ids, args.iters, device)
         info["bf16_weight_bytes"] = weight_bytes(twin)
-        del twin, sim
+        del sim
+        # FP8 arithmetic in plain torch on the same weights: independent of transformers'
+        # FP8 kernels (which come from the Hub), so it runs wherever _scaled_mm does.
+        try:
+            info["torch_fp8_linears"], fp8_held = torch_fp8(twin, fp8_dir, device)
+            info["torch_fp8_weight_bytes"] = {**weight_bytes(twin), "fp8 + scales": fp8_held}
+            info["torch_fp8_rel_err"] = rel_errors(states(twin, ids), ref)
+            info["torch_fp8_tokens_per_s"] = tokens_per_s(twin, ids, args.iters, device)
+        except Exception as exc:  # a torch without FP8 matmuls here: say so
+            info["torch_fp8_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        del twin
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -210,6 +286,9 @@ def run(args) -> dict:
             info["fp8_mode"] = "failed"
             info["fp8_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             info["fp8_traceback"] = traceback.format_exc()[-3000:]
+    if "torch_fp8_rel_err" in info:
+        pairs = list(zip(info["torch_fp8_rel_err"], info["sim_rel_err"], strict=True))
+        info["torch_fp8_within_fp8"] = all(e <= 1.5 * s + 1e-3 for e, s in pairs)
     if "fp8_rel_err" in info:
         pairs = list(zip(info["fp8_rel_err"], info["sim_rel_err"], strict=True))
         info["within_fp8"] = all(e <= 1.5 * s + 1e-3 for e, s in pairs)
@@ -232,6 +311,14 @@ def table(info: dict) -> str:
              "reference"),
             ("bf16 + e4m3 inputs (sim)", wb(info.get("bf16_weight_bytes")),
              errs(info["sim_rel_err"]), "-", "what FP8 implies")]
+    if "torch_fp8_rel_err" in info:
+        rows.append(("fp8, torch _scaled_mm", wb(info.get("torch_fp8_weight_bytes")),
+                     errs(info["torch_fp8_rel_err"]), f"{info['torch_fp8_tokens_per_s']:,.0f}",
+                     f"{info['torch_fp8_linears']} linears, one matmul per 128-block; within "
+                     f"FP8: {info['torch_fp8_within_fp8']}"))
+    else:
+        rows.append(("fp8, torch _scaled_mm", "-", "-", "-",
+                     f"failed: {info.get('torch_fp8_error')}"))
     if "fp8_rel_err" in info:
         rows.append(("fp8 block-scaled", wb(info.get("fp8_weight_bytes")),
                      errs(info["fp8_rel_err"]), f"{info['fp8_tokens_per_s']:,.0f}",
@@ -239,6 +326,7 @@ def table(info: dict) -> str:
                      f"x{info['speedup']:.2f} vs bf16"))
     else:
         rows.append(("fp8 block-scaled", "-", "-", "-", f"failed: {info.get('fp8_error')}"))
+    rows[-1] = ("fp8, transformers", *rows[-1][1:])
     head = (f"{'model':<26} {'weights GiB':>11} {'rel err max (last layer)':>26} "
             f"{'tokens/s':>12}  note")
     lines = [f"quantized verifier ({info['arch']}{', tiny' if info['tiny'] else ''}) on "
