@@ -353,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     args.seq = args.seq or (64 if small else 2048)
     args.iters = args.iters or (3 if small else 10)
     out = args.out or Path(os.environ.get("OUT") or ".")
+    # transformers fetches its FP8 kernel from the Hub: offline, a cached one still loads
+    # and a missing one fails at once instead of after the connection's retries.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     info = run(args)
     out.mkdir(parents=True, exist_ok=True)
     (out / "quantized_verifier.json").write_text(json.dumps(info, indent=2) + "\n")

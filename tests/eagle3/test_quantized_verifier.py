@@ -281,3 +281,16 @@ def test_check_plan_with_a_missing_config_is_one_line(tmp_path):
     (tmp_path / "k.yaml").write_text(spec)
     out = run_cli(["check", str(tmp_path / "k.yaml")])
     assert out.code != 0 and "nowhere.json" in out.err and "Traceback" not in out.err
+
+
+def test_builder_cli_refuses_bad_input_in_one_line(models, tmp_path, capsys):
+    from pipeline.eagle3 import quantize_checkpoint
+
+    rc = quantize_checkpoint.main(["--verifier", str(models["llama-fp8"]), "--format", "int4",
+                                   "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "already quantized" in err and len(err.strip().splitlines()) == 1
+    rc = quantize_checkpoint.main(["--verifier", str(tmp_path / "none"), "--format", "fp8",
+                                   "--out", str(tmp_path / "o")])
+    assert rc == 2 and "config.json" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
