@@ -294,3 +294,37 @@ def test_builder_cli_refuses_bad_input_in_one_line(models, tmp_path, capsys):
                                    "--out", str(tmp_path / "o")])
     assert rc == 2 and "config.json" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_fp8_on_a_gpu_needs_its_kernel(monkeypatch):
+    """The branches of what transformers holds on a GPU, with the capability and the
+    kernel's availability given (this machine has no GPU): kept as stored at >= 8.9,
+    dequantized below, refused in one line when the kernel cannot be had."""
+    from pipeline.eagle3 import quant_support
+
+    fmt = quant_format({"quantization_config": {"quant_method": "fp8",
+                                                "weight_block_size": [128, 128]}})
+    gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _i=0: (9, 0))
+    monkeypatch.setattr(quant_support, "_fp8_kernel_problem", lambda: None)
+    assert holding(fmt, gpu).mode == quant_support.STORED
+    monkeypatch.setattr(quant_support, "_fp8_kernel_problem",
+                        lambda: "its finegrained-fp8 kernel is not available (offline)")
+    with pytest.raises(ActionError) as e:
+        holding(fmt, gpu)
+    assert "FP8 block-scaled" in str(e.value) and "cuda:0" in str(e.value)
+    assert "--backend vllm" in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _i=0: (8, 0))
+    assert holding(fmt, gpu).mode == quant_support.DENSE
+
+
+def test_fp8_kernel_probe_without_the_kernels_package():
+    """On this machine (no GPU, no `kernels` package) the probe names why, in one line."""
+    from pipeline.eagle3.quant_support import _fp8_kernel_problem
+
+    problem = _fp8_kernel_problem()
+    pytest.importorskip("transformers.integrations.finegrained_fp8")
+    try:
+        import kernels  # noqa: F401
+    except ImportError:
+        assert problem and "kernel" in problem and "\n" not in problem
