@@ -37,10 +37,11 @@ from pipeline.errors import ActionError
 # Measured: one Kimi-K2-shaped layer (hidden 7168, MLA q/kv ranks 1536/512, 384 routed
 # experts top-8 plus a shared one, random bf16 weights, B=4 x S=2048) in transformers 5.17
 # on one H200: 177.6k tokens/s with the default grouped_mm experts (383 TFLOP/s), 44.5k with
-# eager experts. Source: issue 23's measurement of 2026-12-02 (docs/eagle3.md, "Which
-# backend for which verifier"). A model's rate on one GPU is this scaled by the weights a
-# token multiplies with (this layer's over the model's), since at this size the matmuls set
-# the time.
+# eager experts. Source: issue 23's measurement of 2026-12-02, recorded in
+# docs/PERFORMANCE.md ("The rate harness check's campaign plan uses"). A model's rate on one
+# GPU is this scaled by the weights a token multiplies with (this layer's over the model's):
+# exact for Kimi-shaped layers, an underestimate for small dense ones (attention's own FLOPs
+# are left out: 91k predicted against 199k measured at the Llama-3.2-1B shape).
 KIMI_LAYER_TOKENS_PER_S = 177_600
 KIMI_K2_LAYER = dict(hidden_size=7168, num_hidden_layers=1, vocab_size=163840,
                      intermediate_size=18432, moe_intermediate_size=2048,
