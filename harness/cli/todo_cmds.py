@@ -9,7 +9,6 @@ import click
 from harness import todos as uc
 from harness.agent import todo_json
 from harness.cli.common import common_options, emit_json, harness, json_option
-from harness.cli.run_cmds import cancel_run_cmd
 from harness.errors import InputError, UsageError
 from harness.render import BADGE, GLYPH, SECTION, aligned, describe, safe_line, safe_text
 from state.fold import STATUSES, TodoState, board_key, unmet_dependencies
@@ -197,6 +196,8 @@ def cancel(ident: str) -> None:
     process group on its host, record it cancelled, block its todo; for a finished serve
     run, stop the server it left running)."""
     if ident.strip().lower().startswith("r"):
+        from harness.cli.run_cmds import cancel_run_cmd  # the runner: only for a run
+
         cancel_run_cmd(ident)
         return
     click.get_current_context().invoke(_cancel_todo, todo_id=ident)
