@@ -18,7 +18,6 @@ import importlib
 import sys
 
 import click
-from click.utils import make_default_short_help
 
 from harness import __version__
 from harness.cli import agent_cmds, agent_io_cmds, session_cmds, todo_cmds, tui_cmd
@@ -93,9 +92,10 @@ class LazyGroup(click.Group):
         limit = formatter.width - 6 - max(len(n) for n in shown)
         rows = []
         for name in shown:
-            cmd = self.commands.get(name)
-            rows.append((name, cmd.get_short_help_str(limit) if cmd is not None
-                         else make_default_short_help(LAZY[name][2], limit)))
+            # a stand-in with the summary as its help: click shortens it as it would the
+            # command's own
+            cmd = self.commands.get(name) or click.Command(name, help=LAZY[name][2])
+            rows.append((name, cmd.get_short_help_str(limit)))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

@@ -136,7 +136,8 @@ def show(todo_id: str, as_json: bool) -> None:
     if notes:
         click.echo("notes:")
         for e in notes:
-            click.echo(f"  {e.ts[:19]}  {e.actor}: {safe_text(e.payload.get('text', ''))}")
+            click.echo(f"  {e.ts[:19].replace('T', ' ')}  {e.actor}: "
+                       f"{safe_text(e.payload.get('text', ''))}")
     if runs:
         click.echo("runs:")
         for r in runs:
