@@ -13,9 +13,10 @@ writing cases change something on every run (`prio` alternates high and low, `do
 run really writes. `--pg` starts a throwaway PostgreSQL cluster (tests/pg.py: initdb +
 pg_ctl, local socket and 127.0.0.1) and adds `todowrite` of 30 and `list` against it.
 The runs of all cases are interleaved, so a burst of load on a shared machine falls on
-all of them alike; the table gives each case's median, p90 and ratio to the baseline's
-median, and the load average. Target (issue 25): <= 150 ms median for each SQLite case,
-< 250 ms for PostgreSQL todowrite, on a quiet 2-core machine.
+all of them alike. The table gives each case's median, p90 and ratio to the baseline's
+median, the median CPU time (user + system) of the process, which a loaded machine
+inflates less than the wall time, and the load average. Target (issue 25): <= 150 ms
+median for each SQLite case, < 250 ms for PostgreSQL todowrite, on a quiet 2-core machine.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -130,17 +132,21 @@ def measure(runs: int, with_pg: bool) -> list[dict[str, object]]:
                 pg_env = setup(tmp / "pg", cluster.create_database("bench"))
                 todo += [(name, argv, stdins, pg_env) for name, argv, stdins in pg_cases()]
             times: dict[str, list[float]] = {name: [] for name, *_ in todo}
+            cpu: dict[str, list[float]] = {name: [] for name, *_ in todo}
             for i in range(runs):
                 for name, argv, stdins, case_env in todo:
                     stdin = stdins[i % len(stdins)]
+                    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     t0 = time.perf_counter()
                     r = subprocess.run(argv(i), input=stdin, env=case_env,
                                        capture_output=True)
                     dt = time.perf_counter() - t0
+                    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     # `next` exits 1 when nothing is ready; anything else is a failure
                     if r.returncode not in (0, 1) or b"error" in r.stderr:
                         raise SystemExit(f"{name} failed: {r.stderr.decode()[-500:]}")
                     times[name].append(dt)
+                    cpu[name].append(c1.ru_utime - c0.ru_utime + c1.ru_stime - c0.ru_stime)
         finally:
             if cluster is not None:
                 cluster.stop()
@@ -151,7 +157,9 @@ def measure(runs: int, with_pg: bool) -> list[dict[str, object]]:
         rows.append({"case": name, "median_ms": round(med * 1000, 1),
                      "p90_ms": round(statistics.quantiles(times[name], n=10)[-1] * 1000, 1)
                      if len(times[name]) >= 10 else None,
-                     "ratio": round(med / base, 2), "runs": len(times[name])})
+                     "ratio": round(med / base, 2),
+                     "cpu_ms": round(statistics.median(cpu[name]) * 1000, 1),
+                     "runs": len(times[name])})
     return rows
 
 
@@ -171,10 +179,12 @@ def main() -> None:
     width = max(len(str(r["case"])) for r in rows)
     print(f"{args.runs} runs each, interleaved; load average {load[0]:.2f} before, "
           f"{load[1]:.2f} after, on {os.cpu_count()} CPUs")
-    print(f"{'case':<{width}}  {'median ms':>9}  {'p90 ms':>7}  {'x baseline':>10}")
+    print(f"{'case':<{width}}  {'median ms':>9}  {'p90 ms':>7}  {'x baseline':>10}  "
+          f"{'cpu ms':>6}")
     for r in rows:
         p90 = f"{r['p90_ms']:>7}" if r["p90_ms"] is not None else f"{'':>7}"
-        print(f"{r['case']:<{width}}  {r['median_ms']:>9}  {p90}  {r['ratio']:>10}")
+        print(f"{r['case']:<{width}}  {r['median_ms']:>9}  {p90}  {r['ratio']:>10}  "
+              f"{r['cpu_ms']:>6}")
 
 
 if __name__ == "__main__":

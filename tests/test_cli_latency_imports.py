@@ -4,12 +4,13 @@ Each runs through the real entry point in a fresh interpreter, on a store that e
 and must not have imported SQLAlchemy, SQLModel, pydantic, paramiko, PyYAML, Textual or
 the MCP SDK: importing those was most of the ~0.9 s such a command cost
 (docs/PERFORMANCE.md, "Everyday commands"; bench/cli_latency.py measures it). The heavy
-commands are loaded when named (harness/cli/app.py, LAZY); `harness --help` lists them
-from summaries that must say what their own help says.
+command modules are loaded when a command is named (harness/cli/app.py, COMMANDS);
+`harness --help` lists them from summaries that must say what their own help says.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -76,33 +77,47 @@ def test_a_heavy_command_still_loads_when_named(warm_store: dict[str, str]) -> N
     assert "pydantic" in probe["heavy"]  # the pipeline spec: this is the lazy route working
 
 
-def test_the_help_listing_says_what_each_lazy_command_says() -> None:
-    """`harness --help` shows LAZY's summaries; loaded, each command must list the same."""
-    from harness.cli.app import LAZY, cli
+def test_the_help_listing_says_what_each_command_says() -> None:
+    """`harness --help` shows COMMANDS' summaries; loaded, each command must list the same."""
+    from harness.cli.app import COMMANDS
 
-    for name, (module, attr, summary) in LAZY.items():
-        cmd = getattr(__import__(module, fromlist=[attr]), attr)
+    for name, (module, attr, summary) in COMMANDS.items():
+        cmd = getattr(importlib.import_module(f"harness.cli.{module}"), attr)
         assert isinstance(cmd, click.Command) and cmd.name == name, name
         stand_in = click.Command(name, help=summary)
         for limit in range(20, 200, 7):
             assert stand_in.get_short_help_str(limit) == cmd.get_short_help_str(limit), name
-    loaded = [n for n in cli.list_commands(click.Context(cli))
-              if cli.get_command(click.Context(cli), n) is not None]
-    assert set(LAZY) <= set(loaded)
 
 
-def test_help_lists_every_command_without_loading_the_heavy_ones() -> None:
+def test_every_command_a_module_registers_is_in_the_table() -> None:
+    """A command module's register() is what it offers; a command added there but not to
+    COMMANDS would never be reachable."""
+    from harness.cli.app import COMMANDS
+
+    for path in sorted((ROOT / "harness" / "cli").glob("*.py")):
+        module = importlib.import_module(f"harness.cli.{path.stem}")
+        if not hasattr(module, "register"):
+            continue
+        group = click.Group()
+        module.register(group)
+        for name, cmd in group.commands.items():
+            assert name in COMMANDS, f"{name} (from {path.name}) is missing in COMMANDS"
+            mod, attr, _ = COMMANDS[name]
+            assert (mod, getattr(module, attr, None)) == (path.stem, cmd), name
+
+
+def test_help_lists_every_command_without_loading_any() -> None:
     code = ("import sys, click; from harness.cli.app import cli; "
             "ctx = click.Context(cli, info_name='harness'); print(cli.get_help(ctx)); "
-            "print('HEAVY', sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', "
-            "'sqlalchemy', 'yaml'}))")
+            "print('LOADED', sorted(m for m in sys.modules if m.endswith('_cmds') or "
+            "m.split('.')[0] in ('pydantic', 'sqlalchemy', 'yaml')))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=60)
-    lazy_help, heavy = r.stdout.rsplit("HEAVY ", 1)
-    assert heavy.strip() == "[]", r.stderr
-    from harness.cli.app import LAZY, cli
+    lazy_help, loaded = r.stdout.rsplit("LOADED ", 1)
+    assert loaded.strip() == "[]", r.stderr
+    from harness.cli.app import COMMANDS, cli
 
-    for name in LAZY:  # load them all: the listing must not change
+    for name in COMMANDS:  # load them all: the listing must not change
         cli.get_command(click.Context(cli), name)
     assert cli.get_help(click.Context(cli, info_name="harness")) == lazy_help.rstrip("\n")
 

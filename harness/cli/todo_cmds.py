@@ -7,7 +7,6 @@ from collections.abc import Sequence
 import click
 
 from harness import todos as uc
-from harness.agent import todo_json
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.errors import InputError, UsageError
 from harness.render import BADGE, GLYPH, SECTION, aligned, describe, safe_line, safe_text
@@ -68,6 +67,8 @@ def add(text: str, priority: str, stage: str | None, move_stage: bool,
     t = uc.add(h.store, sid, text, priority=priority, stage=stage, depends_on=depends,
                move_stage=move_stage)
     if as_json:
+        from harness.agent import todo_json
+
         emit_json(todo_json(t, {t.num: t}))
     else:
         click.echo(f"added {t.id} [{BADGE[t.priority]}] {safe_line(t.content, 72)}")
@@ -88,6 +89,8 @@ def list_(statuses: tuple[str, ...], as_json: bool) -> None:
     shown = [t for t in todos if not statuses or t.status in statuses]
     shown.sort(key=board_key)
     if as_json:
+        from harness.agent import todo_json
+
         emit_json([todo_json(t, by_num) for t in shown])
         return
     if not shown:
@@ -111,6 +114,8 @@ def show(todo_id: str, as_json: bool) -> None:
     runs = h.store.runs(sid, todo_id=num)
     verifications = h.store.verifications(sid, todo_id=num)
     if as_json:
+        from harness.agent import todo_json  # the agent's JSON shape of a todo
+
         data = todo_json(t, by_num)
         data["history"] = [{**e.to_json(), "description": describe(e)} for e in events]
         data["notes"] = [{"ts": e.ts, "actor": e.actor, "text": e.payload.get("text", "")}
