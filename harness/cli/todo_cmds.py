@@ -104,7 +104,12 @@ def list_(statuses: tuple[str, ...], as_json: bool) -> None:
 @common_options
 @json_option
 def show(todo_id: str, as_json: bool) -> None:
-    """Show one todo: full text, fields, dependencies, notes, history and runs."""
+    """Show one todo: full text, fields, dependencies, notes, history and runs.
+
+    Its history is one short line per event: what changed, from and to (`status:
+    pending -> in_progress`), long values cut, a run's job as where it runs (`run r8 on
+    local, pid 5625: queued -> running`). --json keeps every event whole.
+    """
     h = harness()
     sid = h.session().id
     num = uc.parse_id(todo_id)
@@ -324,7 +329,12 @@ def depend(todo_id: str, depends: tuple[str, ...]) -> None:
 @common_options
 @json_option
 def log(todo_id: str | None, limit: int | None, as_json: bool) -> None:
-    """Show the session's history: who changed what, when, from what to what."""
+    """Show the session's history: who changed what, when, from what to what.
+
+    One short line per event: number, time (UTC), actor, todo, and what changed, from
+    and to, with long values cut and a run's job shown as where it runs. --json prints
+    every event whole (its payload as stored) with that line as its `description`.
+    """
     h = harness()
     sid = h.session().id
     events = h.store.events(sid, todo_id=uc.parse_id(todo_id) if todo_id else None)
