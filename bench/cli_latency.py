@@ -4,6 +4,7 @@ against `python -c pass` measured in the same run.
     .venv/bin/python bench/cli_latency.py                # SQLite, one table
     .venv/bin/python bench/cli_latency.py --pg           # also todowrite/list on PostgreSQL
     .venv/bin/python bench/cli_latency.py --runs 30 --json
+    .venv/bin/python bench/cli_latency.py --before /tmp/base   # and an older tree's figures
 
 The store (a fresh SQLite file) holds a session of 30 todos with some history, and an
 agent's session of 30 that `todowrite` rewrites. Each case
@@ -55,10 +56,11 @@ def todowrite_payloads() -> list[bytes]:
     return out
 
 
-def setup(tmp: Path, db: str) -> dict[str, str]:
+def setup(tmp: Path, db: str, root: Path = ROOT) -> dict[str, str]:
+    """A store with the bench's sessions, made by the harness at ``root``."""
     env = {**os.environ, "HARNESS_DB": db, "HARNESS_DATA_DIR": str(tmp / "data"),
            "HARNESS_CONFIG_DIR": str(tmp / "config"), "HARNESS_SESSION": "bench",
-           "PYTHONPATH": str(ROOT)}
+           "PYTHONPATH": str(root)}
     exe = harness_exe()
     steps: list[tuple[list[str], bytes]] = [(["session", "new", "bench"], b""),
                                             (["todowrite"], todowrite_payloads()[0])]
@@ -115,22 +117,29 @@ def pg_cases() -> list[tuple[str, Argv, list[bytes]]]:
             ("harness list [PostgreSQL]", lambda _i: [*exe, "list"], [b""])]
 
 
-def measure(runs: int, with_pg: bool) -> list[dict[str, object]]:
+def measure(runs: int, with_pg: bool, before: Path | None = None) -> list[dict[str, object]]:
     with tempfile.TemporaryDirectory(prefix="cli-latency-") as tmp_name:
         tmp = Path(tmp_name)
-        env = setup(tmp, str(tmp / "state.db"))
-        todo: list[tuple[str, Argv, list[bytes], dict[str, str]]] = [
-            ("python -c pass (baseline)", lambda _i: [sys.executable, "-c", "pass"], [b""],
-             env)]
-        todo += [(name, argv, stdins, env) for name, argv, stdins in sqlite_cases()]
+        roots = [("", ROOT)] + ([(" [before]", before)] if before is not None else [])
+        todo: list[tuple[str, Argv, list[bytes], dict[str, str]]] = []
         cluster = None
         try:
             if with_pg:
                 from tests import pg
 
                 cluster = pg.start()
-                pg_env = setup(tmp / "pg", cluster.create_database("bench"))
-                todo += [(name, argv, stdins, pg_env) for name, argv, stdins in pg_cases()]
+            for suffix, root in roots:
+                env = setup(tmp / f"sqlite{suffix}", str(tmp / f"state{suffix}.db"), root)
+                if not todo:
+                    todo.append(("python -c pass (baseline)",
+                                 lambda _i: [sys.executable, "-c", "pass"], [b""], env))
+                todo += [(name + suffix, argv, stdins, env)
+                         for name, argv, stdins in sqlite_cases()]
+                if cluster is not None:
+                    pg_env = setup(tmp / f"pg{suffix}", cluster.create_database("bench"),
+                                   root)
+                    todo += [(name + suffix, argv, stdins, pg_env)
+                             for name, argv, stdins in pg_cases()]
             times: dict[str, list[float]] = {name: [] for name, *_ in todo}
             cpu: dict[str, list[float]] = {name: [] for name, *_ in todo}
             for i in range(runs):
@@ -168,10 +177,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--pg", action="store_true",
                     help="also measure against a throwaway local PostgreSQL cluster")
+    ap.add_argument("--before", type=Path, metavar="DIR",
+                    help="also run every case with the harness of DIR (a checkout of an "
+                         "older commit, e.g. from `git archive`), interleaved, as the "
+                         "[before] rows")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     load_before = os.getloadavg()[0]
-    rows = measure(args.runs, args.pg)
+    rows = measure(args.runs, args.pg, args.before.resolve() if args.before else None)
     load = (load_before, os.getloadavg()[0])
     if args.json:
         print(json.dumps({"load_1m": load, "cpus": os.cpu_count(), "rows": rows}))
