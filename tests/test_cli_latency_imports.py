@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -163,3 +164,25 @@ def test_postgres_todowrite_does_not_import_sqlalchemy(pg_url: str, tmp_path: Pa
     r = subprocess.run([sys.executable, "-m", "harness", "show", "t3"], env=env,
                        capture_output=True, text=True, timeout=120)
     assert "status: pending -> completed" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.postgres
+def test_a_pooled_postgres_reader_dropped_by_the_server_is_replaced(
+        pg_url: str, pg_cluster: Any) -> None:
+    """psycopg without the engine keeps the engine's pre-ping: a pooled connection the
+    server dropped (a restart, an idle timeout) is found dead and replaced, unseen."""
+    import time
+
+    from state.store import Store
+
+    with Store.open(pg_url) as s:
+        assert s._conn._pg is not None  # the light route, not the engine
+        sid = s.create_session("s", actor="human")
+        s.events(sid)  # the reader's connection goes back to the pool
+        pids = [c.info.backend_pid for c in s._conn._idle]
+        assert pids
+        for pid in pids:
+            pg_cluster.sql(f"SELECT pg_terminate_backend({pid})")
+        time.sleep(0.1)
+        assert [e.kind for e in s.events(sid)] == ["session.created"]
+        assert not {c.info.backend_pid for c in s._conn._idle} & set(pids)
