@@ -7,9 +7,7 @@ from collections.abc import Sequence
 import click
 
 from harness import todos as uc
-from harness.agent import todo_json
 from harness.cli.common import common_options, emit_json, harness, json_option
-from harness.cli.run_cmds import cancel_run_cmd
 from harness.errors import InputError, UsageError
 from harness.render import BADGE, GLYPH, SECTION, aligned, describe, safe_line, safe_text
 from state.fold import STATUSES, TodoState, board_key, unmet_dependencies
@@ -69,6 +67,8 @@ def add(text: str, priority: str, stage: str | None, move_stage: bool,
     t = uc.add(h.store, sid, text, priority=priority, stage=stage, depends_on=depends,
                move_stage=move_stage)
     if as_json:
+        from harness.agent import todo_json
+
         emit_json(todo_json(t, {t.num: t}))
     else:
         click.echo(f"added {t.id} [{BADGE[t.priority]}] {safe_line(t.content, 72)}")
@@ -89,6 +89,8 @@ def list_(statuses: tuple[str, ...], as_json: bool) -> None:
     shown = [t for t in todos if not statuses or t.status in statuses]
     shown.sort(key=board_key)
     if as_json:
+        from harness.agent import todo_json
+
         emit_json([todo_json(t, by_num) for t in shown])
         return
     if not shown:
@@ -102,7 +104,12 @@ def list_(statuses: tuple[str, ...], as_json: bool) -> None:
 @common_options
 @json_option
 def show(todo_id: str, as_json: bool) -> None:
-    """Show one todo: full text, fields, dependencies, notes, history and runs."""
+    """Show one todo: full text, fields, dependencies, notes, history and runs.
+
+    Its history is one short line per event: what changed, from and to (`status:
+    pending -> in_progress`), long values cut, a run's job as where it runs (`run r8 on
+    local, pid 5625: queued -> running`). --json keeps every event whole.
+    """
     h = harness()
     sid = h.session().id
     num = uc.parse_id(todo_id)
@@ -112,6 +119,8 @@ def show(todo_id: str, as_json: bool) -> None:
     runs = h.store.runs(sid, todo_id=num)
     verifications = h.store.verifications(sid, todo_id=num)
     if as_json:
+        from harness.agent import todo_json  # the agent's JSON shape of a todo
+
         data = todo_json(t, by_num)
         data["history"] = [{**e.to_json(), "description": describe(e)} for e in events]
         data["notes"] = [{"ts": e.ts, "actor": e.actor, "text": e.payload.get("text", "")}
@@ -137,7 +146,8 @@ def show(todo_id: str, as_json: bool) -> None:
     if notes:
         click.echo("notes:")
         for e in notes:
-            click.echo(f"  {e.ts[:19]}  {e.actor}: {safe_text(e.payload.get('text', ''))}")
+            click.echo(f"  {e.ts[:19].replace('T', ' ')}  {e.actor}: "
+                       f"{safe_text(e.payload.get('text', ''))}")
     if runs:
         click.echo("runs:")
         for r in runs:
@@ -197,6 +207,8 @@ def cancel(ident: str) -> None:
     process group on its host, record it cancelled, block its todo; for a finished serve
     run, stop the server it left running)."""
     if ident.strip().lower().startswith("r"):
+        from harness.cli.run_cmds import cancel_run_cmd  # the runner: only for a run
+
         cancel_run_cmd(ident)
         return
     click.get_current_context().invoke(_cancel_todo, todo_id=ident)
@@ -317,7 +329,12 @@ def depend(todo_id: str, depends: tuple[str, ...]) -> None:
 @common_options
 @json_option
 def log(todo_id: str | None, limit: int | None, as_json: bool) -> None:
-    """Show the session's history: who changed what, when, from what to what."""
+    """Show the session's history: who changed what, when, from what to what.
+
+    One short line per event: number, time (UTC), actor, todo, and what changed, from
+    and to, with long values cut and a run's job shown as where it runs. --json prints
+    every event whole (its payload as stored) with that line as its `description`.
+    """
     h = harness()
     sid = h.session().id
     events = h.store.events(sid, todo_id=uc.parse_id(todo_id) if todo_id else None)
