@@ -42,8 +42,10 @@ def parse_run_id(text: str) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print the validated spec as JSON.")
 def check(spec_path: Path, as_json: bool) -> None:
     """Validate a pipeline spec without running anything; say how much disk the offline
-    hidden states of its data would take, and, for a spec with a `plan:` section, what each
-    stage that runs the verifier needs with each backend on its GPUs."""
+    hidden states of its data would take.
+
+    For a spec with a `plan:` section, also print what each stage that runs the verifier
+    needs with each backend on its GPUs (memory per GPU, shard disk, hours)."""
     spec = load_spec(spec_path)
     unchecked = check_params(spec, str(spec_path))
     disk = disk_estimates(spec)
