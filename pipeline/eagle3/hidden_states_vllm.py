@@ -202,13 +202,19 @@ class VllmEngine:
             if got.numel() != len(prompt) or not torch.equal(got, torch.tensor(prompt)):
                 raise ActionError(f"vLLM's hidden states are for other token ids "
                                   f"({got.numel()} ids for a prompt of {len(prompt)})")
-            states.append(data["hidden_states"])
+            hs = data["hidden_states"]
+            if not bool(hs.abs().amax() > 0):
+                # the drafter step did not run for this prompt (nothing was captured)
+                raise ActionError(f"vLLM captured no hidden states for a prompt of "
+                                  f"{len(prompt)} tokens (all zeros)")
+            states.append(hs)
         return states
 
     def close(self) -> None:
-        shutdown = getattr(getattr(self.llm, "llm_engine", None), "shutdown", None)
-        if callable(shutdown):
-            shutdown()
+        # the engine core runs in its own process; stop it rather than leave it to exit
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and callable(getattr(core, "shutdown", None)):
+            core.shutdown()
 
 
 def open_engine(verifier: Path, ids: list[int], **kwargs: Any) -> Engine:
@@ -367,6 +373,8 @@ def run_engine(verifier: Path, vcfg: dict[str, Any], tokens: dict[str, Any],
         raise ActionError(f"a sample of {longest} tokens does not fit the verifier's "
                           f"max_position_embeddings {max_pos} (vLLM's max_model_len)",
                           where=str(tokens["path"]))
+    # the drafter step (which captures the states) runs only while prompt + 1 fits
+    max_len = min(max_pos, longest + 16) if isinstance(max_pos, int) else longest + 16
     norm = FinalNorm.of(verifier, vcfg)
     ids = engine_layer_ids(aux_layers, n_layers)
     tp = args.tensor_parallel_size
@@ -380,7 +388,7 @@ def run_engine(verifier: Path, vcfg: dict[str, Any], tokens: dict[str, Any],
     engine = None
     try:
         engine = open_engine(verifier, ids, tensor_parallel_size=tp, dtype=dtype_name(dtype),
-                             max_model_len=longest + 1, scratch=scratch,
+                             max_model_len=max_len, scratch=scratch,
                              gpu_memory_utilization=args.gpu_memory_utilization,
                              enforce_eager=args.enforce_eager,
                              trust_remote_code=args.trust_remote_code,
