@@ -25,7 +25,7 @@ only), beside each run's wall time (with loading the verifier or starting the en
 Optionally (``--quantized``), ``bench/quantized_verifier.py`` runs afterwards, its JSON kept.
 
     python bench/hidden_states_backends.py [--out DIR] [--only h200,deepseek,deepseek_fp8]
-                                           [--samples 2000] [--budget-s 520] [--quantized]
+                                           [--samples N] [--budget-s 520] [--quantized]
 
 Writes ``hidden_states_backends.json`` (rewritten after every run) and the stages' logs to
 ``--out`` (default ``$OUT``, else the current directory). Needs a GPU and vLLM on the path.
@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -107,15 +108,20 @@ def run_module(module: str, params: dict, result: Path, timeout: float) -> dict:
     return data
 
 
-def samples_file(path: Path, n: int) -> Path:
+def samples_file(path: Path, n: int, turns: int = 4) -> Path:
+    """``n`` synthetic chats of ``turns`` exchanges each (about 300 tokens: long enough that
+    the forwards, not the calls, set the time)."""
     from pipeline.eagle3 import synthetic
 
     words = synthetic.stdlib_words(synthetic.stdlib_files(6))
+    tasks = synthetic.make_tasks(n * turns, 11, words)
     rows = []
-    for i, (q, r, a) in enumerate(synthetic.make_tasks(n, 11, words)):
-        rows.append({"id": f"s{i:05d}", "messages": [
-            {"role": "user", "content": q},
-            {"role": "assistant", "content": f"<think>{r}</think>{a}"}]})
+    for i in range(n):
+        messages = []
+        for q, r, a in tasks[i * turns:(i + 1) * turns]:
+            messages += [{"role": "user", "content": q},
+                         {"role": "assistant", "content": f"<think>{r}</think>{a}"}]
+        rows.append({"id": f"s{i:05d}", "messages": messages})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -183,7 +189,8 @@ def one_verifier(name: str, args, work: Path, info: dict) -> None:
             f"{res['wall_seconds']}s)")
     tokens = work / base / "tokens"
     if not (tokens / "tokens.safetensors").is_file():
-        samples = samples_file(work / base / "samples.jsonl", args.samples)
+        n = args.samples if args.samples else (1500 if base == "deepseek" else 5000)
+        samples = samples_file(work / base / "samples.jsonl", n)
         res = run_module("pipeline.eagle3.tokenize", {"samples": samples, "verifier": vdir,
                                                       "out": tokens, "mode": "chat",
                                                       "max_length": 384},
@@ -220,7 +227,11 @@ def one_verifier(name: str, args, work: Path, info: dict) -> None:
             res = run_module(module, {**common, **extra, "out": d / run}, d / f"{run}.json",
                              min(left, 300))
             m = res["metrics"]
+            busy = (m.get("extract_seconds") or 0) - (m.get("write_stall_seconds") or 0)
+            m["tokens_per_s_without_write_waits"] = round(m["tokens"] / busy, 1) \
+                if busy > 0 and m.get("tokens") else None
             entry["runs"][run] = {k: m.get(k) for k in (
+                "tokens_per_s_without_write_waits", "write_stall_seconds", "engine_seconds",
                 "tokens", "samples", "tokens_per_s", "extract_seconds", "engine_start_seconds",
                 "written_gb", "write_gb_s", "write_stall_share", "disk_bound",
                 "engine_layer_ids", "stored_weight_bytes")} | {
@@ -249,6 +260,8 @@ def one_verifier(name: str, args, work: Path, info: dict) -> None:
         v_rate = entry["runs"]["vllm_bf16"]["tokens_per_s"]
         entry["vllm_over_hf_tokens_per_s"] = round(v_rate / hf_rate, 3) if hf_rate else None
         log(f"{name}: vllm within bf16 tolerance: {ok}")
+    for run in runs:  # the shards are big (deepseek: ~8 GB a run); the figures are kept
+        shutil.rmtree(d / run, ignore_errors=True)
     write(info, args.out)
 
 
@@ -260,7 +273,7 @@ def write(info: dict, out: Path) -> None:
 
 
 def table(info: dict) -> str:
-    lines = [f"{'verifier':<13} {'run':<12} {'tokens/s':>10} {'wall s':>7} "
+    lines = [f"{'verifier':<13} {'run':<12} {'tokens/s':>10} {'no-wait':>10} {'wall s':>7} "
              f"{'rel err aux (worst id)':>22} {'rel err last':>12}"]
     for name, e in info.get("verifiers", {}).items():
         c = e.get("compare", {})
@@ -271,8 +284,10 @@ def table(info: dict) -> str:
                 if errs else None
             last = errs["last"]["rel_err"] if errs else None
             rate = r.get("tokens_per_s")
+            busy = r.get("tokens_per_s_without_write_waits")
             lines.append(f"{name:<13} {run:<12} "
                          f"{(f'{rate:.0f}' if rate else r.get('error', r.get('skipped', '-'))[:10]):>10} "
+                         f"{(f'{busy:.0f}' if busy else '-'):>10} "
                          f"{r.get('wall_seconds', '-')!s:>7} "
                          f"{(f'{aux_err:.2e}' if aux_err is not None else '-'):>22} "
                          f"{(f'{last:.2e}' if last is not None else '-'):>12}")
@@ -285,9 +300,12 @@ def table(info: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
-    p.add_argument("--work", type=Path, default=Path("/tmp/hs-backends"))
+    p.add_argument("--work", default="auto",
+                   help="where verifiers, tokens and shards go (auto: /dev/shm when it has "
+                        "40 GB free, so the disk does not set the pace, else /tmp)")
     p.add_argument("--only", default="h200,deepseek,deepseek_fp8")
-    p.add_argument("--samples", type=int, default=2000)
+    p.add_argument("--samples", type=int, default=0,
+                   help="chats per verifier (0: 5000 for h200, 1500 for deepseek)")
     p.add_argument("--ref-samples", type=int, default=200)
     p.add_argument("--batch-tokens", type=int, default=16384)
     p.add_argument("--budget-s", type=float, default=520.0,
@@ -301,10 +319,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import torch
 
+    if args.work == "auto":
+        shm = Path("/dev/shm")
+        fast = shm.is_dir() and shutil.disk_usage(shm).free > 40e9
+        args.work = (shm if fast else Path("/tmp")) / "hs-backends"
+    args.work = Path(args.work)
+    args.work.mkdir(parents=True, exist_ok=True)
+
     info: dict = {"command": "python bench/hidden_states_backends.py " + " ".join(argv or
                                                                                   sys.argv[1:]),
                   "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                  "torch": torch.__version__}
+                  "torch": torch.__version__, "work": str(args.work),
+                  "work_free_gb": round(shutil.disk_usage(args.work).free / 1e9, 1)}
     try:
         import transformers
         import vllm
