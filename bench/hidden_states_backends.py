@@ -22,10 +22,10 @@ bf16 tolerance" when its error against the fp32 reference is at most twice that 
 backend's own bf16 run (plus 1e-3), at every id. tokens/s are the stage's own (extraction
 only), beside each run's wall time (with loading the verifier or starting the engine).
 
-Optionally (``--quantized``), ``bench/quantized_verifier.py`` runs afterwards, its JSON kept.
+A section ``quantized`` in ``--only`` runs ``bench/quantized_verifier.py`` there, its JSON kept.
 
     python bench/hidden_states_backends.py [--out DIR] [--only h200,deepseek,deepseek_fp8]
-                                           [--samples N] [--budget-s 520] [--quantized]
+                                           [--samples N] [--budget-s 520]
 
 Writes ``hidden_states_backends.json`` (rewritten after every run) and the stages' logs to
 ``--out`` (default ``$OUT``, else the current directory). Needs a GPU and vLLM on the path.
@@ -212,7 +212,8 @@ def one_verifier(name: str, args, work: Path, info: dict) -> None:
         "hf_bf16": ("pipeline.eagle3.hidden_states", {"verifier": hf_dir, "dtype": "bfloat16"}),
         "vllm_bf16": ("pipeline.eagle3.hidden_states",
                       {"verifier": engine_dir, "backend": "vllm", "dtype": "bfloat16",
-                       "gpu_memory_utilization": 0.8}),
+                       "gpu_memory_utilization": 0.8,
+                       "enforce_eager": name in args.eager.split(",")}),
         "hf_fp32_ref": ("pipeline.eagle3.hidden_states",
                         {"verifier": hf_dir, "dtype": "float32", "limit": args.ref_samples}),
     }
@@ -265,6 +266,26 @@ def one_verifier(name: str, args, work: Path, info: dict) -> None:
     write(info, args.out)
 
 
+def quantized(args, info: dict) -> None:
+    """bench/quantized_verifier.py (FP8 against its bf16 twin in transformers), its JSON
+    beside this one, in what is left of the budget."""
+    script = ROOT / "bench" / "quantized_verifier.py"
+    if not script.is_file():
+        info["quantized_verifier"] = {"skipped": "bench/quantized_verifier.py is not here"}
+        return
+    left = min(args.quantized_s, args.budget_s + 40 - (time.perf_counter() - T0))
+    t0 = time.perf_counter()
+    log(f"quantized_verifier.py, {left:.0f}s left")
+    try:
+        proc = subprocess.run([sys.executable, str(script), "--out", str(args.out)], cwd=ROOT,
+                              timeout=max(left, 30))
+        info["quantized_verifier"] = {"rc": proc.returncode,
+                                      "wall_seconds": round(time.perf_counter() - t0, 1)}
+    except subprocess.TimeoutExpired:
+        info["quantized_verifier"] = {"timed_out_after_s": round(left, 1)}
+    write(info, args.out)
+
+
 def write(info: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / ".hidden_states_backends.json.tmp"
@@ -303,7 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default="auto",
                    help="where verifiers, tokens and shards go (auto: /dev/shm when it has "
                         "40 GB free, so the disk does not set the pace, else /tmp)")
-    p.add_argument("--only", default="h200,deepseek,deepseek_fp8")
+    p.add_argument("--only", default="h200,deepseek,deepseek_fp8",
+                   help="sections in order; 'quantized' runs bench/quantized_verifier.py")
+    p.add_argument("--quantized-s", type=float, default=150.0,
+                   help="the most seconds bench/quantized_verifier.py may take")
+    p.add_argument("--eager", default="deepseek_fp8",
+                   help="sections whose vLLM runs without torch.compile/CUDA graphs")
     p.add_argument("--samples", type=int, default=0,
                    help="chats per verifier (0: 5000 for h200, 1500 for deepseek)")
     p.add_argument("--ref-samples", type=int, default=200)
@@ -314,8 +340,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true",
                    help="tiny verifiers (a smoke test of this script on the CPU, with "
                         "--device cpu)")
-    p.add_argument("--quantized", action="store_true",
-                   help="then run bench/quantized_verifier.py (its JSON beside this one)")
     args = p.parse_args(argv)
     import torch
 
@@ -340,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
         info["vllm"] = f"absent ({exc})"
     write(info, args.out)
     for name in [n for n in args.only.split(",") if n]:
+        if name == "quantized":
+            quantized(args, info)
+            continue
         if name == "deepseek_fp8":
             try:
                 import pipeline.eagle3.quantize_checkpoint  # noqa: F401
@@ -357,16 +384,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"{type(exc).__name__}: {exc}")
             log(f"{name}: FAILED {exc}")
         write(info, args.out)
-    if args.quantized and (ROOT / "bench" / "quantized_verifier.py").is_file():
-        left = args.budget_s + 60 - (time.perf_counter() - T0)
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.run([sys.executable, str(ROOT / "bench" / "quantized_verifier.py"),
-                                   "--out", str(args.out)], cwd=ROOT, timeout=max(left, 30))
-            info["quantized_verifier"] = {"rc": proc.returncode,
-                                          "wall_seconds": round(time.perf_counter() - t0, 1)}
-        except subprocess.TimeoutExpired:
-            info["quantized_verifier"] = {"timed_out_after_s": round(left, 1)}
     info["total_seconds"] = round(time.perf_counter() - T0, 1)
     write(info, args.out)
     print(table(info), flush=True)

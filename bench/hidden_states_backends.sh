@@ -2,7 +2,7 @@
 # bench/hidden_states_backends.py on the GPU host, with the vLLM that
 # ../shared/tools/vllm-h200/ carries (unpacked by .device/unpack.sh into /tmp/vsite):
 #
-#   bash .device/unpack.sh && bash bench/hidden_states_backends.sh [--budget-s N] [--quantized]
+#   bash .device/unpack.sh && bash bench/hidden_states_backends.sh [--budget-s N] [--only h200,deepseek,quantized,deepseek_fp8]
 #
 # Log and JSON go to $OUT (default runs/hidden_states_backends); stdout ends with the table.
 set -o pipefail
