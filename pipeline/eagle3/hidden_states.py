@@ -22,6 +22,11 @@ A verifier bigger than one device: ``--device-map``/``--max-memory`` (accelerate
 placement) or ``--tp-plan auto`` under torchrun (rank 0 writes), see :mod:`.placement`. The
 memory plan is printed before loading.
 
+``--backend vllm`` runs the verifier inside vLLM instead (its ``extract_hidden_states``
+method: the checkpoint as shipped, FP8/INT4 too, ``--tensor-parallel-size``) and writes the
+same shards through the same writer; :mod:`.hidden_states_vllm` holds it and is the only
+module that imports vLLM, when that backend runs.
+
 Resumable: shard boundaries are fixed by the tokens file and ``--shard-tokens``; existing
 shards are checked (header, shapes, token ids, config hash) and skipped. ``--validate`` then
 reads every shard back (shapes, token ids, no NaN/Inf).
