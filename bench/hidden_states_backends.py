@@ -206,6 +206,8 @@ def one_verifier(name: str, args, work: Path, info: dict) -> None:
     vcfg = json.loads((vdir / "config.json").read_text())
     hidden, n_layers = vcfg["hidden_size"], vcfg["num_hidden_layers"]
     aux = [2, n_layers // 2, n_layers - 3]
+    if len(set(aux)) < 3:  # vLLM's default repeats an id below 7 layers
+        aux = [1, n_layers // 2, n_layers - 2]
     common = {"tokens": tokens, "aux_layers": aux, "shard_tokens": 262144,
               "batch_tokens": args.batch_tokens, "device": args.device}
     runs = {
