@@ -233,11 +233,21 @@ class Stage(_Model):
         return {**host.env, **self.env, **(extra or {})}
 
 
+class PlanSpec(_Model):
+    """A campaign planned on paper (``harness check``): the verifier as it ships (its
+    ``config.json``, no weights) and the GPUs it would run on."""
+
+    verifier_config: StrictStr          # relative to the spec file
+    gpus: StrictInt = Field(8, ge=1)
+    gpu_memory: list[StrictStr | StrictInt] = Field(default_factory=lambda: ["141GB"])
+
+
 class Pipeline(_Model):
     pipeline: StrictStr
     hosts: dict[str, HostSpec] = Field(default_factory=dict)
     defaults: Defaults = Field(default_factory=Defaults)
     stages: list[Stage] = Field(min_length=1)
+    plan: PlanSpec | None = None
 
     _path: Path | None = PrivateAttr(default=None)
 

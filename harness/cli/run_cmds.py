@@ -17,6 +17,7 @@ from harness.runner.deadline import stage_timeout
 from harness.runner.plan import plan_run
 from harness.runner.scheduler import check_overrides, stage_host, stage_scope
 from pipeline.durations import format_duration, parse_duration
+from pipeline.eagle3.campaign_plan import plan as campaign_plan
 from pipeline.eagle3.disk_estimate import estimates as disk_estimates
 from pipeline.params import check_params
 from pipeline.redact import redact_text
@@ -41,14 +42,17 @@ def parse_run_id(text: str) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print the validated spec as JSON.")
 def check(spec_path: Path, as_json: bool) -> None:
     """Validate a pipeline spec without running anything; say how much disk the offline
-    hidden states of its data would take."""
+    hidden states of its data would take, and, for a spec with a `plan:` section, what each
+    stage that runs the verifier needs with each backend on its GPUs."""
     spec = load_spec(spec_path)
     unchecked = check_params(spec, str(spec_path))
     disk = disk_estimates(spec)
+    paper = campaign_plan(spec)
     if as_json:
         emit_json({**spec.model_dump(mode="json", by_alias=True),
                    "unchecked_actions": unchecked,
-                   "offline_disk": [d.to_json() for d in disk]})
+                   "offline_disk": [d.to_json() for d in disk],
+                   "campaign_plan": paper.to_json() if paper else None})
         return
     click.echo(f"{spec_path}: pipeline {spec.name}, {len(spec.stages)} stage(s), "
                f"hosts {', '.join(sorted(spec.hosts))}: ok")
@@ -65,6 +69,8 @@ def check(spec_path: Path, as_json: bool) -> None:
         click.echo(f"  {text}")
     for d in disk:
         click.echo(f"  disk: {d.line()}")
+    for line in paper.lines() if paper else []:
+        click.echo(f"  {line}")
 
 
 @click.command("run")
