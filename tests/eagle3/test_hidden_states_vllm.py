@@ -318,3 +318,20 @@ def test_real_vllm_matches_hf(tiny_data, tmp_path):
         for key in ("aux", "last"):
             x, y = ra.rows(key, 0, rows).float(), rb.rows(key, 0, rows).float()
             assert (x - y).norm() / y.norm() < 2e-2, key
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int4"])
+def test_the_quantized_checkpoint_as_shipped(tiny_data, tmp_path, fmt):
+    """What the backend reads itself from a shipped FP8/INT4 checkpoint (the final norm,
+    the stored bytes) comes from the checkpoint as it is: the norm stays unquantized."""
+    from pipeline.eagle3.quantize_checkpoint import quantize_dir
+
+    q, twin = tmp_path / fmt, tmp_path / "twin"
+    quantize_dir(tiny_data["verifier"], q, fmt, twin=twin, int4_targets="all")  # a dense verifier
+    qcfg = json.loads((q / "config.json").read_text())
+    assert qcfg["quantization_config"]
+    norm, ref = FinalNorm.of(q, qcfg), FinalNorm.of(twin, json.loads(
+        (twin / "config.json").read_text()))
+    assert torch.equal(norm.weight, ref.weight) and norm.eps == ref.eps
+    assert hidden_states_vllm.stored_bytes(q) == (q / "model.safetensors").stat().st_size
+    assert hidden_states_vllm.stored_bytes(q) < hidden_states_vllm.stored_bytes(twin)
