@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON list of three distinct layer ids, stored ascending as vLLM "
                         "reads them (default vLLM's [2, N//2, N-3])")
     p.add_argument("--batch-tokens", type=int, default=16384,
-                   help="padded tokens per forward batch")
+                   help="padded tokens per forward batch (--backend vllm: prompt tokens per "
+                        "engine call)")
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--shard-tokens", type=int, default=262144,
                    help="tokens per shard (fixes shard boundaries, so resume is exact)")
