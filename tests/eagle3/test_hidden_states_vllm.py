@@ -335,3 +335,13 @@ def test_the_quantized_checkpoint_as_shipped(tiny_data, tmp_path, fmt):
     assert torch.equal(norm.weight, ref.weight) and norm.eps == ref.eps
     assert hidden_states_vllm.stored_bytes(q) == (q / "model.safetensors").stat().st_size
     assert hidden_states_vllm.stored_bytes(q) < hidden_states_vllm.stored_bytes(twin)
+
+
+def test_engine_groups_keep_the_order_and_the_bounds():
+    from pipeline.eagle3.hidden_states_vllm import engine_groups
+
+    lengths = {i: n for i, n in enumerate([50, 40, 30, 30, 20, 10])}
+    groups = engine_groups(list(lengths), lengths, batch_tokens=80, max_prompts=3)
+    assert groups == [[0], [1, 2], [3, 4, 5]]
+    assert all(sum(lengths[i] for i in g) <= 80 and len(g) <= 3 for g in groups)
+    assert engine_groups([0, 1], {0: 100, 1: 5}, batch_tokens=80, max_prompts=8) == [[0], [1]]
