@@ -67,7 +67,10 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
     "eagle3.hidden_states": ("samples", "tokens", "shards", "resumed_shards", "aux_layers",
                              "tokens_per_s", "extract_seconds", "offline_bytes", "written_gb",
                              "write_gb_s", "write_stall_seconds", "write_stall_share",
-                             "produced_gb_s"),
+                             "produced_gb_s",
+                             # --backend vllm
+                             "engine_seconds", "engine_start_seconds", "engine_layer_ids",
+                             "stored_weight_bytes", "tensor_parallel_size"),
     "eagle3.vocab": ("draft_vocab", "requested", "target_vocab", "seen_tokens",
                      "filled_unseen", "coverage", "masked_tokens"),
     "eagle3.train": ("heldout_acc_pos*", "est_acceptance_length", "epochs_done",

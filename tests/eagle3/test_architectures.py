@@ -33,6 +33,8 @@ def test_deepseek_verifier_is_kimi_shaped(arch_pipeline):
     assert cfg["q_lora_rank"] and cfg["kv_lora_rank"]  # LoRA-ranked q and kv (MLA)
     assert cfg["first_k_dense_replace"] == 1 and cfg["n_shared_experts"] == 1
     assert cfg["n_routed_experts"] == 4 and cfg["num_experts_per_tok"] == 2
+    # the router as DeepSeek-V3/Kimi-K2 name it, so vLLM builds the same one
+    assert (cfg["topk_method"], cfg["scoring_func"]) == ("noaux_tc", "sigmoid")
     model = AutoModelForCausalLM.from_pretrained(str(d["verifier"]))
     layers = model.model.layers
     assert hasattr(layers[0].mlp, "gate_proj") and not hasattr(layers[0].mlp, "experts")
