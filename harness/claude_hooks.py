@@ -212,8 +212,25 @@ def task_create(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
                     and v.agent_id.startswith(list_id + ":")
                     and v.agent_id.rsplit(":", 1)[1].isdigit()]
             task_id = str(max(mine, default=0) + 1)
-        return create_task(tx, tasks, f"{list_id}:{task_id}", subject, active_form=active,
-                           description=description)
+        key = f"{list_id}:{task_id}"
+        num = create_task(tx, tasks, key, subject, active_form=active,
+                          description=description)
+        if num is None and active:
+            fill_active_form(tx, tasks, key, active)
+        return num
+
+
+def fill_active_form(tx: Tx, tasks: list[ViewItem], key: str, active: str) -> None:
+    """Claude Code sends ``TaskCreated`` (no activeForm) before ``PostToolUse`` of
+    ``TaskCreate`` (with it): the second delivery of one task still brings its activeForm,
+    unless someone gave the todo one in between."""
+    for i, v in enumerate(tasks):
+        if v.agent_id == key and v.num in tx.state.todos:
+            if v.active_form is None and tx.todo(v.num).active_form is None:
+                tx.update_todo(v.num, active_form=active)
+                tasks[i] = v._replace(active_form=active)
+                save_map(tx, tasks)
+            return
 
 
 def _event_task(payload: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
