@@ -151,8 +151,10 @@ class HarnessMCP:
         notice = take(store, sess.id, env.actor)
         if notice is None:
             return answer
-        # In the text the model reads; the structured data keeps its documented shape.
-        return Answer(answer.data, notice.text() + "\n\n" + answer.render())
+        # In the text and the structured data both: Claude Code shows the model the
+        # structured data when there is some (2.1.197), other clients the text.
+        return Answer({"notice": notice.text(), **answer.data},
+                      notice.text() + "\n\n" + answer.render())
 
     # -- resources ------------------------------------------------------------------------
     async def _list_resources(self, _ctx: Any, _params: Any) -> types.ListResourcesResult:
