@@ -20,7 +20,7 @@ The rules:
 * Files are written whole, beside themselves, and renamed into place: Claude never reads
   half a file. A file is never created and never deleted: a task whose file Claude Code
   dropped (it drops completed tasks, claude-code #78147) stays in our store, and
-  ``harness show`` says its file is gone (:func:`dropped`).
+  ``harness show`` says its file is gone (:func:`task_of`).
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.claude_task_map import load_map, save_map
+from harness.claude_task_map import TASK_VIEW, load_map, save_map
 from harness.formats import ViewItem
-from state.store import Tx
+from state.store import Store, Tx
 
 # Our status as a Claude task's status (a task has no blocked or cancelled).
 CLAUDE_STATUS = {"pending": "pending", "in_progress": "in_progress", "completed": "completed",
@@ -127,16 +128,29 @@ def _update(obj: dict[str, Any], item: ViewItem, subject: str, status: str,
     return out
 
 
-def dropped(tx_or_items: list[ViewItem], num: int) -> tuple[str, Path] | None:
-    """(Claude's key, the file) when todo ``num`` is one of Claude's tasks whose file is
-    gone (Claude Code dropped it; we keep the todo). None: not a task, or its file is
-    there."""
-    for item in tx_or_items:
+@dataclass(frozen=True)
+class TaskLink:
+    """Which of Claude's tasks a todo is, and whether its file is still there."""
+
+    list_id: str
+    task_id: str
+    path: Path
+    dropped: bool  # the list's directory is there, the task's file is not
+
+
+def task_of(store: Store, session_id: int, num: int) -> TaskLink | None:
+    """The Claude task todo ``num`` is (None: it is none of Claude's tasks)."""
+    view = store.agent_view(session_id, TASK_VIEW)
+    rows = view.get("items") if isinstance(view, dict) else None
+    for row in rows if isinstance(rows, list) else []:
+        try:
+            item = ViewItem(*row)
+        except TypeError:
+            continue
         if item.num == num and item.agent_id and ":" in item.agent_id:
             list_id, task_id = item.agent_id.rsplit(":", 1)
             directory = task_dir(list_id)
             path = directory / f"{task_id}.json"
-            if directory.is_dir() and not path.exists():
-                return item.agent_id, path
-            return None
+            return TaskLink(list_id, task_id, path,
+                            dropped=directory.is_dir() and not path.exists())
     return None
