@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,16 +28,24 @@ class Steps:
     "thinking" while it lands). A compaction's summary request is answered apart.
     ``seen[k]`` is the request step ``k`` answered."""
 
-    def __init__(self, steps: list[Step]):
+    def __init__(self, steps: list[Step], *, wait_for: str | None = None):
         self.steps = steps
         self.seen: dict[int, Request] = {}
+        self.wait_for = wait_for
+        self.waits = 0
 
     def __call__(self, req: Request, before: list[Request]) -> Reply:
         if not req.agent_turn:
             return Reply(text="A title.")
         if req.compaction:
             return Reply(text="<summary>The drafter work was planned as tasks.</summary>")
-        k = sum(1 for r in before if not r.compaction)
+        if self.wait_for and self.wait_for not in req.tools and self.waits < 20:
+            # `claude -p` asks the model before its MCP servers are connected: a harmless
+            # turn (not a step) until the server's tools are offered.
+            self.waits += 1
+            time.sleep(0.5)
+            return call("TaskList")
+        k = len(self.seen)
         self.seen[k] = req
         if k >= len(self.steps):
             return Reply(text="done.")
@@ -177,7 +186,7 @@ def test_mcp_server_through_mcp_config(tmp_path: Path) -> None:
         (lambda: holder[0].person("block", "t2", "--reason", "no GPU quota"),
          call("mcp__harness__pipeline_status")),
         (None, Reply(text="done.")),
-    ])
+    ], wait_for="mcp__harness__todowrite")
     with AnthropicServer(steps) as api:
         api.dump_to = tmp_path / "requests.json"
         claude = ClaudeProject(tmp_path, api)
