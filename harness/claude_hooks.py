@@ -17,7 +17,7 @@ and ``hook_event_name``):
   tasks of each list from 1). A task id a resumed or forked session inherited is found
   under the list it came from. A delivery seen twice (``TaskCreated`` and
   ``PostToolUse`` for one task) does nothing the second time.
-* ``PreToolUse`` of ``TaskList`` / ``TaskGet`` / ``TaskUpdate``, and
+* ``PreToolUse`` of ``TaskList`` / ``TaskGet``, and
   ``UserPromptSubmit``: what a person (or the runner) changed in the list's todos is
   written into Claude's task files first (:mod:`harness.claude_task_files`), since
   Claude reads them afresh for those tools.
@@ -65,7 +65,7 @@ ACTOR = "agent:claude-code"
 TODO_TOOLS = ("TodoWrite", "TaskCreate", "TaskUpdate")
 # Tools that show Claude its task list: before them the task files get people's changes
 # (PreToolUse), after them the notice of what changed (PostToolUse).
-READ_TOOLS = ("TaskList", "TaskGet", "TaskUpdate")
+READ_TOOLS = ("TaskList", "TaskGet")
 LIST_TOOLS = ("TaskList", "TaskGet")
 LIST_ENV = "CLAUDE_CODE_TASK_LIST_ID"
 

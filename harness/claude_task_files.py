@@ -5,8 +5,10 @@ Claude Code keeps each task of a list in ``<config>/tasks/<list id>/<task id>.js
 ``TaskGet`` read those files afresh on every call (Claude Code 2.1.197, seen in
 tests/agents/real/test_claude_code.py). So a person's change to a todo that is one of
 Claude's tasks reaches the agent by being written into that task's file:
-:func:`write_back` does so from the ``PreToolUse`` hook of ``TaskList``, ``TaskGet`` and
-``TaskUpdate`` (before Claude reads the file) and from ``UserPromptSubmit``.
+:func:`write_back` does so from the ``PreToolUse`` hook of ``TaskList`` and ``TaskGet``
+(before Claude reads the file) and from ``UserPromptSubmit``. (Not before ``TaskUpdate``:
+it would double that call's hook time, and a file Claude rewrites meanwhile is written
+again at the next ``TaskList``, since only Claude's own fields are compared.)
 
 The rules:
 

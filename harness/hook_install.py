@@ -33,7 +33,7 @@ from harness.paths import codex_home
 # event -> matcher (None: the event takes none, or we want every occurrence)
 CLAUDE_EVENTS: dict[str, str | None] = {
     "PostToolUse": "TodoWrite|TaskCreate|TaskUpdate|TaskList|TaskGet",
-    "PreToolUse": "TaskList|TaskGet|TaskUpdate",
+    "PreToolUse": "TaskList|TaskGet",
     "UserPromptSubmit": None,
     "TaskCreated": None,
     "TaskCompleted": None,

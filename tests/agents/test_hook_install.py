@@ -50,7 +50,7 @@ def test_claude_code_install_keeps_other_hooks_and_is_idempotent(tmp_path: Path)
     assert hooks["PostToolUse"][0] == THEIRS["hooks"]["PostToolUse"][0]
     ours = hooks["PostToolUse"][1]
     assert ours["matcher"] == "TodoWrite|TaskCreate|TaskUpdate|TaskList|TaskGet"
-    assert hooks["PreToolUse"][0]["matcher"] == "TaskList|TaskGet|TaskUpdate"
+    assert hooks["PreToolUse"][0]["matcher"] == "TaskList|TaskGet"
     assert ours["hooks"][0]["type"] == "command"
     assert ours["hooks"][0]["command"].endswith("hook claude-code")
     assert hooks["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
