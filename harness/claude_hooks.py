@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.agent_context import CONTEXT_EVENTS, context_event
-from harness.agent_notice import Notice, mark_seen, take
+from harness.agent_notice import Notice, seen_now, take
 from harness.claude_task_files import task_dir, write_back
 from harness.claude_task_map import TASK_STATUSES, create_task, load_map, save_map, status_change
 from harness.context import Harness
@@ -189,9 +189,7 @@ def files_from_store(harness: Harness, payload: Mapping[str, Any], actor: str) -
 
 
 def seen_whole_list(harness: Harness, actor: str) -> None:
-    sid = harness.session(create=True).id
-    with harness.store.write(sid, actor) as tx:
-        mark_seen(tx, actor)
+    seen_now(harness.store, harness.session(create=True).id, actor)
 
 
 # -- the list back after a cut (harness.agent_context) --------------------------------------
