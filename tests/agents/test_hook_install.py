@@ -75,6 +75,9 @@ def test_an_older_install_gains_only_the_events_it_lacks(tmp_path: Path) -> None
     assert r.returncode == 0, r.stderr
     doc = json.loads(settings.read_text())
     assert doc["hooks"]["PostToolUse"] == old["hooks"]["PostToolUse"]  # left as it was
+    assert "note: the harness's PostToolUse hook matches 'TodoWrite|TaskCreate|TaskUpdate', " \
+           "not TaskList, TaskGet: set its matcher to " \
+           "'TodoWrite|TaskCreate|TaskUpdate|TaskList|TaskGet' for them" in r.stdout.decode()
     assert set(doc["hooks"]) == {"PostToolUse", "PreToolUse", "UserPromptSubmit", "TaskCreated",
                                  "TaskCompleted", "PreCompact", "PostCompact", "SessionStart"}
 
