@@ -14,6 +14,7 @@ Without npm, or when the registry cannot be reached, the test is a named skip; w
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -40,11 +41,25 @@ def _cannot(why: str) -> None:
     pytest.skip(why)
 
 
+def _installed(where: Path, package: str, version: str, program: Path) -> bool:
+    """Installed whole: marked done here, or (an install made by another script, such as
+    scripts/test's) the package's own package.json names the version."""
+    if not program.exists():
+        return False
+    if (where / DONE).exists():
+        return True
+    try:
+        meta = json.loads((where / "node_modules" / package / "package.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("version") == version
+
+
 def npm_program(package: str, version: str, bin: str) -> Path:
     """``bin`` of ``package@version``, installed into the cache on first use."""
     where = program_dir(package, version)
     program = where / "node_modules" / ".bin" / bin
-    if (where / DONE).exists() and program.exists():
+    if _installed(where, package, version, program):
         return program
     npm = shutil.which("npm")
     if npm is None:
@@ -52,7 +67,7 @@ def npm_program(package: str, version: str, bin: str) -> Path:
     where.parent.mkdir(parents=True, exist_ok=True)
     with open(where.parent / f".{where.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a parallel worker may be installing it now
-        if (where / DONE).exists() and program.exists():
+        if _installed(where, package, version, program):
             return program
         shutil.rmtree(where, ignore_errors=True)  # what an interrupted install left
         try:
