@@ -145,6 +145,8 @@ def _install(agent: str, scope: str, dry_run: bool, command: str | None) -> None
         return
     if not result.changed:
         click.echo(f"{result.path}: already up to date")
+        for line in result.notes:
+            click.echo(f"note: {line}")
         return
     result.write()
     click.echo(f"{result.path}: added the harness hooks ({', '.join(result.events)})")
