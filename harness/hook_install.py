@@ -44,6 +44,7 @@ CODEX_EVENTS: dict[str, str | None] = {
     "PreCompact": None,
     "PostCompact": None,
     "PostToolUse": "update_plan",
+    "UserPromptSubmit": None,  # carries a person's change since Codex last saw the list
 }
 AGENTS = {"claude-code": CLAUDE_EVENTS, "codex": CODEX_EVENTS}
 
