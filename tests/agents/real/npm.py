@@ -21,6 +21,9 @@ import pytest
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.197", "claude")
 CODEX = ("@openai/codex", "0.171.0", "codex")
 OPENCODE = ("opencode-ai", "1.18.33", "opencode")
+# opencode installs this into every config folder it loads (.opencode/, ~/.config/opencode)
+# with npm at startup; given beforehand, it starts without the registry.
+OPENCODE_PLUGIN = ("@opencode-ai/plugin", "1.18.33")
 
 
 def cache_root() -> Path:
@@ -41,8 +44,19 @@ def _unavailable(why: str) -> None:
 
 def npm_program(package: str, version: str, bin: str) -> Path:
     """The path of ``bin`` from ``package@version``, installed on first use."""
+    return _installed(package, version, Path("node_modules") / ".bin" / bin)
+
+
+def npm_package(package: str, version: str) -> Path:
+    """The folder ``npm install --prefix`` made for ``package@version`` (its
+    ``node_modules`` and ``package.json``), installed on first use."""
+    _installed(package, version, Path("node_modules") / package / "package.json")
+    return install_dir(package, version)
+
+
+def _installed(package: str, version: str, marker: Path) -> Path:
     where = install_dir(package, version)
-    program = where / "node_modules" / ".bin" / bin
+    program = where / marker
     if program.exists():
         return program
     npm = shutil.which("npm")
@@ -68,3 +82,7 @@ def codex() -> Path:
 
 def opencode() -> Path:
     return npm_program(*OPENCODE)
+
+
+def opencode_plugin_sdk() -> Path:
+    return npm_package(*OPENCODE_PLUGIN)
