@@ -19,7 +19,7 @@ cannot be read is logged and skipped, never retried forever.
 A call Codex refused is skipped, as the hooks skip it (Codex runs no ``PostToolUse`` for
 it): its ``function_call_output`` (same ``call_id``) says so, e.g. "unsupported call:
 update_plan" while ``[tools.update_plan]`` is not enabled
-(:func:`harness.importers.codex.refusal`). Codex writes that answer a moment after the
+(:func:`refusal`; the importer reads rollouts alike). Codex writes that answer a moment after the
 call, so a call without one waits, while the rollout is still growing, up to
 :data:`HOLD_SECONDS`; the last pass of ``--once`` decides on what is there.
 """
@@ -39,7 +39,6 @@ from harness import formats
 from harness.agent import todowrite
 from harness.context import Harness
 from harness.errors import KNOWN_ERRORS, InputError
-from harness.importers.codex import refusal
 from harness.logfile import log
 from harness.paths import data_dir
 from state.store import normalize_ts
@@ -47,6 +46,18 @@ from state.store import normalize_ts
 ACTOR = "agent:codex"
 PATTERN = "rollout-*.jsonl"
 HOLD_SECONDS = 2.0
+_REFUSED = ("failed to parse", "error", "unsupported call")
+
+
+def refusal(output: Any) -> str | None:
+    """Why Codex refused a tool call, from its ``function_call_output``'s ``output``
+    (None: the call went through, and changed the plan)."""
+    text = output.get("content") if isinstance(output, dict) else output
+    ok = output.get("success", True) if isinstance(output, dict) else True
+    if ok is False or (isinstance(text, str) and text.lower().startswith(_REFUSED)):
+        text = str(text)
+        return text if len(text) <= 70 else text[:69] + "…"
+    return None
 
 
 @dataclass
