@@ -156,14 +156,14 @@ def hook_hashes(codex: str, hooks_text: str, *, user_scope: bool) -> dict[str, s
         (home / "config.toml").write_text(
             f"[projects.{json.dumps(str(proj))}]\ntrust_level = \"trusted\"\n",
             encoding="utf-8")
-        found = _hooks_list(codex, home, proj)
+        found = hooks_list(codex, home, proj)
         prefix = f"{hooks}:"
         return {h["key"][len(prefix):]: h["currentHash"] for h in found
                 if isinstance(h.get("key"), str) and h["key"].startswith(prefix)
                 and isinstance(h.get("currentHash"), str)}
 
 
-def _hooks_list(codex: str, home: Path, cwd: Path) -> list[dict[str, Any]]:
+def hooks_list(codex: str, home: Path, cwd: Path) -> list[dict[str, Any]]:
     requests = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
          "params": {"clientInfo": {"name": "todo-harness", "version": "1"}}},

@@ -148,3 +148,39 @@ def test_a_persons_change_is_in_the_next_request_without_a_cut(codex_run,
     assert "todo-harness: the todo list changed since you last saw it" in after
     assert line in after
     assert [t["priority"] for t in todos(env)] == ["medium", "high", "medium"]
+
+
+def test_install_shows_its_diff_trusts_once_and_says_what_is_left(
+        tmp_path: Path, project: Path, agent_env: dict[str, str]) -> None:
+    codex = npm.codex()
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    config = home / "config.toml"
+    config.write_text('# mine\nmodel = "o3"\n\n[tools.update_plan]\nmax_payload_bytes = 9000\n')
+    env = {**agent_env, "CODEX_HOME": str(home)}
+    args = ["hook", "codex", "install", "--codex", str(codex), "--command",
+            f"{HARNESS_CMD} hook codex"]
+    dry = harness(env, *args, "--dry-run", cwd=project).stdout
+    assert not (project / ".codex" / "hooks.json").exists()
+    assert config.read_text().startswith("# mine\n") and "enabled" not in config.read_text()
+    assert "+[tools.update_plan]" not in dry and "+enabled = true" in dry  # in its table
+    assert f'+[hooks.state."{project}/.codex/hooks.json:post_tool_use:0:0"]' in dry
+    assert "+trusted_hash = \"sha256:" in dry
+    assert "then still to do: Codex ignores .codex/ until you trust this project" in dry
+
+    out = harness(env, *args, cwd=project).stdout
+    assert "still to do: Codex ignores .codex/ until you trust this project" in out
+    text = config.read_text()
+    assert text.startswith('# mine\nmodel = "o3"\n\n[tools.update_plan]\n'
+                           "max_payload_bytes = 9000\nenabled = true\n")
+    assert text.count("trusted_hash") == 5  # one per harness hook
+    # Codex itself now calls them trusted.
+    from harness.codex_config import hooks_list
+
+    (home / "config.toml").write_text(text + f"\n[projects.{json.dumps(str(project))}]\n"
+                                             'trust_level = "trusted"\n')
+    listed = {h["eventName"]: h["trustStatus"] for h in hooks_list(str(codex), home, project)}
+    assert listed == dict.fromkeys(["sessionStart", "preCompact", "postCompact", "postToolUse",
+                                    "userPromptSubmit"], "trusted")
+    again = harness(env, *args, cwd=project).stdout
+    assert again.count("already up to date") == 2 and "still to do" not in again
