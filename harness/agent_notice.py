@@ -18,6 +18,8 @@ The API (stable; the agent integrations depend on it):
 * :func:`mark_seen` ``(tx, actor)``: the agent has just been shown the whole list (a
   ``SessionStart`` answer after a cut, ``todoread``, a ``todowrite`` answer with its
   notes): everything up to now counts as seen.
+* :func:`seen_now` ``(store, session_id, actor)``: :func:`mark_seen` in a transaction
+  of its own, taken only when something is unseen.
 * :func:`pending` ``(store, session_id, actor) -> Notice | None``: what :func:`take`
   would deliver, marking nothing (for ``harness show`` and tests).
 * :class:`Notice`: ``lines`` (one per changed todo, oldest first), ``upto`` (the
@@ -208,6 +210,14 @@ def take(store: Store, session_id: int, actor: str) -> Notice | None:
         return None  # the usual case, without taking the write lock
     with store.write(session_id, actor) as tx:
         return take_in(tx, actor)
+
+
+def seen_now(store: Store, session_id: int, actor: str) -> None:
+    """:func:`mark_seen` in a transaction of its own, taken only when there is news."""
+    if store.last_n(session_id) > _seen_of(_text(store.agent_view(session_id,
+                                                                 notice_key(actor)))):
+        with store.write(session_id, actor) as tx:
+            mark_seen(tx, actor)
 
 
 def mark_seen(tx: Tx, actor: str) -> None:

@@ -85,9 +85,6 @@ def _notice(harness: Harness, actor: str, event: str) -> str | None:
 
 
 def _seen(harness: Harness, actor: str) -> None:
-    from harness.agent_notice import mark_seen
+    from harness.agent_notice import seen_now
 
-    sess = harness.session(create=True)
-    with harness.store.write(sess.id, actor) as tx:
-        mark_seen(tx, actor)
-
+    seen_now(harness.store, harness.session(create=True).id, actor)

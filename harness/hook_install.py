@@ -32,7 +32,9 @@ from harness.paths import codex_home
 
 # event -> matcher (None: the event takes none, or we want every occurrence)
 CLAUDE_EVENTS: dict[str, str | None] = {
-    "PostToolUse": "TodoWrite|TaskCreate|TaskUpdate",
+    "PostToolUse": "TodoWrite|TaskCreate|TaskUpdate|TaskList|TaskGet",
+    "PreToolUse": "TaskList|TaskGet|TaskUpdate",
+    "UserPromptSubmit": None,
     "TaskCreated": None,
     "TaskCompleted": None,
     "PreCompact": None,

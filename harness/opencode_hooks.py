@@ -53,13 +53,11 @@ def compacting(harness: Harness, props: dict[str, Any], *, actor: str = ACTOR) -
     from harness.agent_context import record_cut, restore_block
 
     sid = props.get("sessionID")
-    from harness.agent_notice import mark_seen
+    from harness.agent_notice import seen_now
 
     record_cut(harness, {"session_id": sid if isinstance(sid, str) else ""}, "compact",
                actor=actor)
     block = restore_block(harness, RESTORE_TAIL)
     if block is not None:
-        sess = harness.session(create=True)
-        with harness.store.write(sess.id, actor) as tx:
-            mark_seen(tx, actor)
+        seen_now(harness.store, harness.session(create=True).id, actor)
     return block

@@ -111,8 +111,14 @@ def show(todo_id: str, as_json: bool) -> None:
     events = h.store.events(sid, todo_id=num)
     runs = h.store.runs(sid, todo_id=num)
     verifications = h.store.verifications(sid, todo_id=num)
+    from harness.claude_task_files import task_of
+
+    link = task_of(h.store, sid, num)
     if as_json:
         data = todo_json(t, by_num)
+        if link is not None:
+            data["claude_task"] = {"list": link.list_id, "task": link.task_id,
+                                   "file": str(link.path), "dropped": link.dropped}
         data["history"] = [{**e.to_json(), "description": describe(e)} for e in events]
         data["notes"] = [{"ts": e.ts, "actor": e.actor, "text": e.payload.get("text", "")}
                          for e in events if e.kind == "todo.noted"]
@@ -133,6 +139,10 @@ def show(todo_id: str, as_json: bool) -> None:
                    + (f" (waiting on {', '.join(f't{d}' for d in waits)})" if waits else ""))
     if t.status == "blocked":
         click.echo(f"blocked: {safe_text(t.blocked_reason or '')}")
+    if link is not None:
+        click.echo(f"claude code: task {safe_line(link.task_id)} of list "
+                   f"{safe_line(link.list_id)}"
+                   + (" (Claude Code dropped its file; kept here)" if link.dropped else ""))
     notes = [e for e in events if e.kind == "todo.noted"]
     if notes:
         click.echo("notes:")

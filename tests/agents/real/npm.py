@@ -1,10 +1,15 @@
-"""The real agent programs for the tests: installed from npm at a pinned version into a
-cache folder shared by every run (``$HARNESS_NPM_CACHE``, default
-``~/.cache/todo-harness/npm``), one folder per package and version, so a second run (or a
-second pytest worker) finds it installed.
+"""The real agent programs the tests drive, from npm at pinned versions.
 
-Where npm or the registry cannot be had, the test is a named skip; in CI (``CI`` set) it
-fails instead, since CI must run these tests.
+Each ``package@version`` is installed once into a folder of its own under
+``$HARNESS_NPM_CACHE`` (default ``~/.cache/todo-harness/npm``), named
+``<package with / as ->@<version>``; ``scripts/test`` fills the cache before the suite
+(keep its list in step with the versions here), and a test that finds it filled starts at
+once. An install is done under a lock, so parallel pytest workers wait for one install
+instead of racing it, and it is marked done (``.installed``) only when it finished: an
+interrupted one is redone.
+
+Without npm, or when the registry cannot be reached, the test is a named skip; with
+``CI`` set it fails, because CI must run these tests.
 """
 
 from __future__ import annotations
@@ -17,63 +22,73 @@ from pathlib import Path
 
 import pytest
 
-# The versions the tests (and docs/agents.md) were written against.
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.197", "claude")
 CODEX = ("@openai/codex", "0.171.0", "codex")
 OPENCODE = ("opencode-ai", "1.18.33", "opencode")
-# opencode installs this into every config folder it loads (.opencode/, ~/.config/opencode)
-# with npm at startup; given beforehand, it starts without the registry.
+# opencode npm-installs this into every config folder it loads (.opencode/,
+# ~/.config/opencode) at startup; given beforehand, it starts without the registry.
 OPENCODE_PLUGIN = ("@opencode-ai/plugin", "1.18.33")
+DONE = ".installed"
 
 
-def cache_root() -> Path:
-    env = os.environ.get("HARNESS_NPM_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "todo-harness" / "npm"
+def npm_cache() -> Path:
+    raw = os.environ.get("HARNESS_NPM_CACHE")
+    return Path(raw).expanduser() if raw else Path.home() / ".cache" / "todo-harness" / "npm"
 
 
-def install_dir(package: str, version: str) -> Path:
-    # "@openai/codex" -> "@openai-codex@0.171.0": one folder, no nesting.
-    return cache_root() / f"{package.replace('/', '-')}@{version}"
+def program_dir(package: str, version: str) -> Path:
+    return npm_cache() / f"{package.replace('/', '-')}@{version}"
 
 
-def _unavailable(why: str) -> None:
+def _cannot(why: str) -> None:
     if os.environ.get("CI"):
-        pytest.fail(f"CI must run the real-program tests: {why}")
+        pytest.fail(f"the real-program tests must run in CI, but {why}")
     pytest.skip(why)
 
 
 def npm_program(package: str, version: str, bin: str) -> Path:
-    """The path of ``bin`` from ``package@version``, installed on first use."""
+    """``bin`` of ``package@version``, installed into the cache on first use."""
     return _installed(package, version, Path("node_modules") / ".bin" / bin)
 
 
 def npm_package(package: str, version: str) -> Path:
     """The folder ``npm install --prefix`` made for ``package@version`` (its
-    ``node_modules`` and ``package.json``), installed on first use."""
+    ``node_modules``, ``package.json`` and ``package-lock.json``), installed on first use."""
     _installed(package, version, Path("node_modules") / package / "package.json")
-    return install_dir(package, version)
+    return program_dir(package, version)
 
 
 def _installed(package: str, version: str, marker: Path) -> Path:
-    where = install_dir(package, version)
+    where = program_dir(package, version)
     program = where / marker
-    if program.exists():
+    if (where / DONE).exists() and program.exists():
         return program
     npm = shutil.which("npm")
     if npm is None:
-        _unavailable(f"npm is not installed: cannot install {package}@{version}")
-    where.mkdir(parents=True, exist_ok=True)
+        _cannot(f"npm is not on PATH, so {package}@{version} cannot be installed")
+    where.parent.mkdir(parents=True, exist_ok=True)
     with open(where.parent / f".{where.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be installing it now
-        if not program.exists():
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a parallel worker may be installing it now
+        if (where / DONE).exists() and program.exists():
+            return program
+        shutil.rmtree(where, ignore_errors=True)  # what an interrupted install left
+        try:
             proc = subprocess.run(
                 [npm, "install", "--prefix", str(where), "--no-audit", "--no-fund",
                  "--loglevel=error", f"{package}@{version}"],
-                capture_output=True, text=True, timeout=900)
-            if proc.returncode != 0 or not program.exists():
-                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-                _unavailable(f"npm install {package}@{version} failed: {' / '.join(tail)}")
+                capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            _cannot(f"npm install {package}@{version} took over 10 minutes")
+        if proc.returncode != 0 or not program.exists():
+            last = (proc.stderr or proc.stdout).strip().splitlines()[-2:]
+            _cannot(f"npm install {package}@{version} failed ({proc.returncode}): "
+                    + " / ".join(last))
+        (where / DONE).write_text(f"{package}@{version}\n")
     return program
+
+
+def claude_code() -> Path:
+    return npm_program(*CLAUDE_CODE)
 
 
 def codex() -> Path:
