@@ -17,6 +17,8 @@ from tests.agents.real import npm
 from tests.agents.real.conftest import HARNESS_CMD, harness, hook_log, todos
 from tests.agents.real.model_server import Call, ModelServer, Reply, Request
 
+pytestmark = [pytest.mark.real_agent, pytest.mark.slow]
+
 PLAN = {"explanation": "regenerate, then train",
         "plan": [{"step": "Regenerate samples", "status": "in_progress"},
                  {"step": "Build the vocab mapping", "status": "pending"},

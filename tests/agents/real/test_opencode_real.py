@@ -18,6 +18,8 @@ from tests.agents.real.conftest import HARNESS_CMD, harness, hook_log, todos
 from tests.agents.real.model_server import Call, ModelServer, Reply, Request
 from tests.conftest import ROOT
 
+pytestmark = [pytest.mark.real_agent, pytest.mark.slow]
+
 PLUGIN = ROOT / "examples" / "opencode-plugin" / "harness-todos.js"
 TODOS = {"todos": [
     {"content": "Regenerate samples", "status": "in_progress", "priority": "medium"},
