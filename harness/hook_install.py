@@ -199,9 +199,14 @@ def codex_config(hooks: InstallPlan, *, scope: str, cwd: Path,
                      "them in Codex (/hooks), or run `codex exec "
                      "--dangerously-bypass-hook-trust` (or install again with --codex PATH)")
     else:
-        hashes = cc.hook_hashes(program, hooks.after, user_scope=scope == "user")
+        try:
+            hashes = cc.hook_hashes(program, hooks.after, user_scope=scope == "user")
+        except InputError as exc:  # an older Codex, or one that fails: the rest still helps
+            hashes = {}
+            notes.append(f"could not ask Codex for the hooks' hashes ({exc}); trust them "
+                         "in Codex (/hooks)")
         mine = _ours_keys(hooks.after, "codex")
-        if not mine <= set(hashes):
+        if hashes and not mine <= set(hashes):
             notes.append(f"{program} did not list every harness hook; trust them in Codex "
                          "(/hooks)")
         real = str(hooks.path)

@@ -61,3 +61,21 @@ def test_install_refuses_a_config_it_cannot_read_and_writes_nothing(tmp_path) ->
     assert "Traceback" not in err
     assert not (tmp_path / ".codex").exists()
     assert (home / "config.toml").read_text() == "model = \n"
+
+
+def test_a_codex_that_cannot_hash_leaves_the_trust_to_the_person(tmp_path) -> None:
+    from tests.conftest import harness_subprocess
+
+    failing = tmp_path / "codex"  # an older or broken Codex: app-server exits at once
+    failing.write_text("#!/bin/sh\necho 'unknown command app-server' >&2\nexit 2\n")
+    failing.chmod(0o755)
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    r = harness_subprocess(["hook", "codex", "install", "--codex", str(failing)],
+                           cwd=tmp_path, env={"CODEX_HOME": str(home), "HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert "could not ask Codex for the hooks' hashes" in out and "(/hooks)" in out
+    assert (tmp_path / ".codex" / "hooks.json").exists()
+    assert tomllib.loads((home / "config.toml").read_text()) == {
+        "tools": {"update_plan": {"enabled": True}}}
