@@ -17,7 +17,7 @@ and ``hook_event_name``):
   tasks of each list from 1). A task id a resumed or forked session inherited is found
   under the list it came from. A delivery seen twice (``TaskCreated`` and
   ``PostToolUse`` for one task) does nothing the second time.
-* ``PreToolUse`` of ``TaskList`` / ``TaskGet`` / ``TaskUpdate``, and
+* ``PreToolUse`` of ``TaskList`` / ``TaskGet``, and
   ``UserPromptSubmit``: what a person (or the runner) changed in the list's todos is
   written into Claude's task files first (:mod:`harness.claude_task_files`), since
   Claude reads them afresh for those tools.
@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.agent_context import CONTEXT_EVENTS, context_event
-from harness.agent_notice import Notice, mark_seen, take
+from harness.agent_notice import Notice, seen_now, take
 from harness.claude_task_files import task_dir, write_back
 from harness.claude_task_map import TASK_STATUSES, create_task, load_map, save_map, status_change
 from harness.context import Harness
@@ -65,7 +65,7 @@ ACTOR = "agent:claude-code"
 TODO_TOOLS = ("TodoWrite", "TaskCreate", "TaskUpdate")
 # Tools that show Claude its task list: before them the task files get people's changes
 # (PreToolUse), after them the notice of what changed (PostToolUse).
-READ_TOOLS = ("TaskList", "TaskGet", "TaskUpdate")
+READ_TOOLS = ("TaskList", "TaskGet")
 LIST_TOOLS = ("TaskList", "TaskGet")
 LIST_ENV = "CLAUDE_CODE_TASK_LIST_ID"
 
@@ -189,9 +189,7 @@ def files_from_store(harness: Harness, payload: Mapping[str, Any], actor: str) -
 
 
 def seen_whole_list(harness: Harness, actor: str) -> None:
-    sid = harness.session(create=True).id
-    with harness.store.write(sid, actor) as tx:
-        mark_seen(tx, actor)
+    seen_now(harness.store, harness.session(create=True).id, actor)
 
 
 # -- the list back after a cut (harness.agent_context) --------------------------------------

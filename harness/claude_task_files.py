@@ -5,8 +5,12 @@ Claude Code keeps each task of a list in ``<config>/tasks/<list id>/<task id>.js
 ``TaskGet`` read those files afresh on every call (Claude Code 2.1.197, seen in
 tests/agents/real/test_claude_code.py). So a person's change to a todo that is one of
 Claude's tasks reaches the agent by being written into that task's file:
-:func:`write_back` does so from the ``PreToolUse`` hook of ``TaskList``, ``TaskGet`` and
-``TaskUpdate`` (before Claude reads the file) and from ``UserPromptSubmit``.
+:func:`write_back_now` does so right after a person's change (``harness done``, ``edit``,
+``block``, the TUI: :mod:`harness.todos`), and :func:`write_back` again from the
+``PreToolUse`` hook of ``TaskList`` and ``TaskGet`` (before Claude reads the file) and
+from ``UserPromptSubmit``, which also catches the runner's changes. (Not before ``TaskUpdate``:
+it would double that call's hook time, and a file Claude rewrites meanwhile is written
+again at the next ``TaskList``, since only Claude's own fields are compared.)
 
 The rules:
 
@@ -113,6 +117,27 @@ def write_back(tx: Tx, list_id: str, directory: Path | None = None) -> list[str]
     if changed:
         save_map(tx, tasks)
     return written
+
+
+def write_back_now(store: Store, session_id: int, actor: str) -> list[str]:
+    """:func:`write_back` for every Claude task list of the session, in a transaction of
+    its own: called right after a person's (or another agent's) change, so Claude Code's
+    files (and its task panel) show it at once. The ``PreToolUse`` hook does the same
+    before Claude reads them, so a file this cannot write (another user's config
+    directory, a full disk) is only late, never wrong."""
+    view = store.agent_view(session_id, TASK_VIEW)
+    rows = view.get("items") if isinstance(view, dict) else None
+    lists = sorted({row[5].rsplit(":", 1)[0] for row in rows if isinstance(row, list)
+                    and len(row) > 5 and isinstance(row[5], str) and ":" in row[5]}
+                   if isinstance(rows, list) else ())
+    lists = [name for name in lists if task_dir(name).is_dir()]
+    if not lists:
+        return []
+    try:
+        with store.write(session_id, actor) as tx:
+            return [tid for name in lists for tid in write_back(tx, name)]
+    except OSError:
+        return []
 
 
 def _update(obj: dict[str, Any], item: ViewItem, subject: str, status: str,

@@ -33,7 +33,7 @@ from harness.paths import codex_home
 # event -> matcher (None: the event takes none, or we want every occurrence)
 CLAUDE_EVENTS: dict[str, str | None] = {
     "PostToolUse": "TodoWrite|TaskCreate|TaskUpdate|TaskList|TaskGet",
-    "PreToolUse": "TaskList|TaskGet|TaskUpdate",
+    "PreToolUse": "TaskList|TaskGet",
     "UserPromptSubmit": None,
     "TaskCreated": None,
     "TaskCompleted": None,
@@ -116,6 +116,27 @@ def _ours(hook: Any, agent: str) -> bool:
             and re.search(rf"\bhook\s+{re.escape(agent)}\b", hook["command"]) is not None)
 
 
+def _narrow_matchers(hooks: dict[str, Any], agent: str) -> list[str]:
+    """What an older install of ours misses inside an event it already hooks (a
+    matcher without tools added since); said, not rewritten, since the user may have
+    narrowed it on purpose."""
+    notes = []
+    for event, matcher in AGENTS[agent].items():
+        if not matcher:
+            continue
+        for group in hooks.get(event) or []:
+            if not (isinstance(group, dict) and isinstance(group.get("hooks"), list)
+                    and any(_ours(h, agent) for h in group["hooks"])):
+                continue
+            have = str(group.get("matcher") or "")
+            missing = [t for t in matcher.split("|") if have and have != "*"
+                       and t not in have.split("|")]
+            if missing:
+                notes.append(f"the harness's {event} hook matches {have!r}, not "
+                             f"{', '.join(missing)}: set its matcher to {matcher!r} for them")
+    return notes
+
+
 def install(agent: str, *, scope: str = "project", cwd: Path, command: str | None = None,
             path: Path | None = None) -> InstallPlan:
     """What installing the hooks would make of the settings file (write it with
@@ -160,7 +181,8 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
         groups.append(group)
         added.append(event)
     after = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if added else (before or "")
-    return InstallPlan(path=path, before=before, after=after, events=added)
+    notes = _narrow_matchers(hooks, agent)
+    return InstallPlan(path=path, before=before, after=after, events=added, notes=notes)
 
 
 def _ours_keys(hooks_text: str, agent: str) -> set[str]:

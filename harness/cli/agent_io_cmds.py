@@ -153,9 +153,11 @@ def _install(agent: str, scope: str, dry_run: bool, command: str | None,
             plan.write()
             click.echo(f"{plan.path}: {'added the harness hooks' if plan is hooks else 'set'}"
                        f" ({', '.join(plan.events)})")
-    left = [line for plan in plans for line in plan.notes]
-    for line in left:
-        click.echo(f"{'still to do' if not dry_run else 'then still to do'}: {line}")
+    for line in hooks.notes:
+        click.echo(f"note: {line}")
+    for plan in plans[1:]:  # what install could not do for the person
+        for line in plan.notes:
+            click.echo(f"{'still to do' if not dry_run else 'then still to do'}: {line}")
 
 
 @hook_claude_code.command("install")

@@ -30,9 +30,26 @@ def _claude_made_two_tasks(db: Path, config: Path) -> Path:
     return tasks
 
 
-def person(db: Path, *args: str) -> None:
-    r = harness_subprocess(["-s", "eagle3", *args], env={"HARNESS_DB": str(db)})
+def person(db: Path, *args: str, config: Path | None = None) -> None:
+    """A person's command, from a shell that sees the same Claude config directory (or,
+    ``config=None``, another one: the write-back then waits for Claude's next hook)."""
+    env = {"HARNESS_DB": str(db),
+           "CLAUDE_CONFIG_DIR": str(config or db.parent / "elsewhere")}
+    r = harness_subprocess(["-s", "eagle3", *args], env=env)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_persons_change_goes_into_the_task_file_at_once(db_path: Path,
+                                                           tmp_path: Path) -> None:
+    config = tmp_path / "claude"
+    tasks = _claude_made_two_tasks(db_path, config)
+    person(db_path, "edit", "t1", "Regenerate 20K samples", config=config)
+    one = json.loads((tasks / "1.json").read_text())
+    assert (one["subject"], one["status"]) == ("Regenerate 20K samples", "pending")
+    assert one["description"].startswith("Reasoning goes back in")  # the rest kept
+    person(db_path, "start", "t2", config=config)
+    assert json.loads((tasks / "2.json").read_text())["status"] == "in_progress"
+    assert sorted(p.name for p in tasks.iterdir()) == [".lock", "1.json", "2.json"]
 
 
 def test_a_persons_change_is_written_into_the_task_file_before_tasklist(

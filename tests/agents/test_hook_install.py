@@ -50,7 +50,7 @@ def test_claude_code_install_keeps_other_hooks_and_is_idempotent(tmp_path: Path)
     assert hooks["PostToolUse"][0] == THEIRS["hooks"]["PostToolUse"][0]
     ours = hooks["PostToolUse"][1]
     assert ours["matcher"] == "TodoWrite|TaskCreate|TaskUpdate|TaskList|TaskGet"
-    assert hooks["PreToolUse"][0]["matcher"] == "TaskList|TaskGet|TaskUpdate"
+    assert hooks["PreToolUse"][0]["matcher"] == "TaskList|TaskGet"
     assert ours["hooks"][0]["type"] == "command"
     assert ours["hooks"][0]["command"].endswith("hook claude-code")
     assert hooks["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
@@ -75,6 +75,9 @@ def test_an_older_install_gains_only_the_events_it_lacks(tmp_path: Path) -> None
     assert r.returncode == 0, r.stderr
     doc = json.loads(settings.read_text())
     assert doc["hooks"]["PostToolUse"] == old["hooks"]["PostToolUse"]  # left as it was
+    assert "note: the harness's PostToolUse hook matches 'TodoWrite|TaskCreate|TaskUpdate', " \
+           "not TaskList, TaskGet: set its matcher to " \
+           "'TodoWrite|TaskCreate|TaskUpdate|TaskList|TaskGet' for them" in r.stdout.decode()
     assert set(doc["hooks"]) == {"PostToolUse", "PreToolUse", "UserPromptSubmit", "TaskCreated",
                                  "TaskCompleted", "PreCompact", "PostCompact", "SessionStart"}
 
