@@ -46,6 +46,7 @@ CODEX_EVENTS: dict[str, str | None] = {
     "PreCompact": None,
     "PostCompact": None,
     "PostToolUse": "update_plan",
+    "UserPromptSubmit": None,  # carries a person's change since Codex last saw the list
 }
 AGENTS = {"claude-code": CLAUDE_EVENTS, "codex": CODEX_EVENTS}
 
@@ -181,6 +182,69 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
         added.append(event)
     after = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if added else (before or "")
     notes = _narrow_matchers(hooks, agent)
-    if agent == "codex" and added:
-        notes.append("Codex asks you to review and trust new hooks before it runs them")
     return InstallPlan(path=path, before=before, after=after, events=added, notes=notes)
+
+
+def _ours_keys(hooks_text: str, agent: str) -> set[str]:
+    """Codex's relative keys (``post_tool_use:0:0``) of our hooks in a hooks file."""
+    doc = json.loads(hooks_text) if hooks_text.strip() else {}
+    keys = set()
+    for event, groups in (doc.get("hooks") or {}).items():
+        snake = re.sub(r"(?<!^)(?=[A-Z])", "_", event).lower()
+        for gi, group in enumerate(groups if isinstance(groups, list) else []):
+            hooks = group.get("hooks") if isinstance(group, dict) else None
+            for hi, hook in enumerate(hooks if isinstance(hooks, list) else []):
+                if _ours(hook, agent):
+                    keys.add(f"{snake}:{gi}:{hi}")
+    return keys
+
+
+def codex_config(hooks: InstallPlan, *, scope: str, cwd: Path,
+                 codex: str | None = None) -> InstallPlan:
+    """What Codex's ``config.toml`` needs for the hooks in ``hooks.after`` to run: the
+    ``update_plan`` tool enabled, and our hooks trusted (their hash asked of Codex; see
+    :mod:`harness.codex_config`). What install cannot do is in the notes."""
+    from harness import codex_config as cc
+
+    path = cc.config_path()
+    where = str(path)
+    before, doc = cc.read(path)
+    text = before or ""
+    changes = []
+    notes = []
+    if cc.lookup(doc, ["tools", "update_plan", "enabled"]) is not True:
+        text = cc.set_value(text, ["tools", "update_plan"], "enabled", True, where=where)
+        changes.append("tools.update_plan.enabled")
+    program = cc.find_codex(codex)
+    if program is None:
+        notes.append("codex is not on PATH, so the hooks could not be trusted here: trust "
+                     "them in Codex (/hooks), or run `codex exec "
+                     "--dangerously-bypass-hook-trust` (or install again with --codex PATH)")
+    else:
+        try:
+            hashes = cc.hook_hashes(program, hooks.after, user_scope=scope == "user")
+        except InputError as exc:  # an older Codex, or one that fails: the rest still helps
+            hashes = {}
+            notes.append(f"could not ask Codex for the hooks' hashes ({exc}); trust them "
+                         "in Codex (/hooks)")
+        mine = _ours_keys(hooks.after, "codex")
+        if hashes and not mine <= set(hashes):
+            notes.append(f"{program} did not list every harness hook; trust them in Codex "
+                         "(/hooks)")
+        real = str(hooks.path)
+        state = doc.get("hooks", {}).get("state", {}) if isinstance(doc.get("hooks"), dict) \
+            else {}
+        for rel in sorted(mine & set(hashes)):
+            key = f"{real}:{rel}"
+            entry = state.get(key) if isinstance(state, dict) else None
+            if isinstance(entry, dict) and entry.get("trusted_hash") == hashes[rel]:
+                continue
+            text = cc.set_value(text, ["hooks", "state", key], "trusted_hash", hashes[rel],
+                                where=where)
+            changes.append(f"hooks.state.{rel}")
+    if scope == "project" and not cc.project_trusted(doc, cwd):
+        notes.append(f"Codex ignores .codex/ until you trust this project: answer yes when "
+                     f"Codex asks on its first start in {cwd}, or add "
+                     f"[projects.{json.dumps(str(cwd))}] trust_level = \"trusted\" to {path}")
+    return InstallPlan(path=path, before=before, after=text if changes else (before or ""),
+                       events=changes, notes=notes)

@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import quote
 
 from state.errors import ReadOnlyStore, StoreError, StoreUnavailable
-from state.interrupts import InterruptGate
+from state.interrupts import InterruptGate, keep_closed
 from state.location import display_url, is_sqlite, normalize_url, public_url, sqlite_path
 
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
@@ -491,7 +491,8 @@ class Connections:
             except BaseException:
                 gate.discard()
                 raise
-            gate.open()
+            if not keep_closed(gate):  # the caller holds Ctrl-C past a landed write
+                gate.open()
 
     def _end(self, raw: Any, cur: Any, *, commit: bool) -> None:
         if self.sqlite:  # the transaction was begun by hand: end it by hand

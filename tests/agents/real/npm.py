@@ -2,10 +2,11 @@
 
 Each ``package@version`` is installed once into a folder of its own under
 ``$HARNESS_NPM_CACHE`` (default ``~/.cache/todo-harness/npm``), named
-``<package with / as ->@<version>``; ``scripts/test`` fills the cache before the suite,
-and a test that finds it filled starts at once. An install is done under a lock, so
-parallel pytest workers wait for one install instead of racing it, and it is marked done
-only when it finished: an interrupted one is redone.
+``<package with / as ->@<version>``; ``scripts/test`` fills the cache before the suite
+(keep its list in step with the versions here), and a test that finds it filled starts at
+once. An install is done under a lock, so parallel pytest workers wait for one install
+instead of racing it, and it is marked done (``.installed``) only when it finished: an
+interrupted one is redone.
 
 Without npm, or when the registry cannot be reached, the test is a named skip; with
 ``CI`` set it fails, because CI must run these tests.
@@ -14,7 +15,6 @@ Without npm, or when the registry cannot be reached, the test is a named skip; w
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import subprocess
@@ -23,6 +23,11 @@ from pathlib import Path
 import pytest
 
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.197", "claude")
+CODEX = ("@openai/codex", "0.171.0", "codex")
+OPENCODE = ("opencode-ai", "1.18.33", "opencode")
+# opencode npm-installs this into every config folder it loads (.opencode/,
+# ~/.config/opencode) at startup; given beforehand, it starts without the registry.
+OPENCODE_PLUGIN = ("@opencode-ai/plugin", "1.18.33")
 DONE = ".installed"
 
 
@@ -41,25 +46,22 @@ def _cannot(why: str) -> None:
     pytest.skip(why)
 
 
-def _installed(where: Path, package: str, version: str, program: Path) -> bool:
-    """Installed whole: marked done here, or (an install made by another script, such as
-    scripts/test's) the package's own package.json names the version."""
-    if not program.exists():
-        return False
-    if (where / DONE).exists():
-        return True
-    try:
-        meta = json.loads((where / "node_modules" / package / "package.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(meta, dict) and meta.get("version") == version
-
-
 def npm_program(package: str, version: str, bin: str) -> Path:
     """``bin`` of ``package@version``, installed into the cache on first use."""
+    return _installed(package, version, Path("node_modules") / ".bin" / bin)
+
+
+def npm_package(package: str, version: str) -> Path:
+    """The folder ``npm install --prefix`` made for ``package@version`` (its
+    ``node_modules``, ``package.json`` and ``package-lock.json``), installed on first use."""
+    _installed(package, version, Path("node_modules") / package / "package.json")
+    return program_dir(package, version)
+
+
+def _installed(package: str, version: str, marker: Path) -> Path:
     where = program_dir(package, version)
-    program = where / "node_modules" / ".bin" / bin
-    if _installed(where, package, version, program):
+    program = where / marker
+    if (where / DONE).exists() and program.exists():
         return program
     npm = shutil.which("npm")
     if npm is None:
@@ -67,7 +69,7 @@ def npm_program(package: str, version: str, bin: str) -> Path:
     where.parent.mkdir(parents=True, exist_ok=True)
     with open(where.parent / f".{where.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a parallel worker may be installing it now
-        if _installed(where, package, version, program):
+        if (where / DONE).exists() and program.exists():
             return program
         shutil.rmtree(where, ignore_errors=True)  # what an interrupted install left
         try:
@@ -87,3 +89,15 @@ def npm_program(package: str, version: str, bin: str) -> Path:
 
 def claude_code() -> Path:
     return npm_program(*CLAUDE_CODE)
+
+
+def codex() -> Path:
+    return npm_program(*CODEX)
+
+
+def opencode() -> Path:
+    return npm_program(*OPENCODE)
+
+
+def opencode_plugin_sdk() -> Path:
+    return npm_package(*OPENCODE_PLUGIN)
