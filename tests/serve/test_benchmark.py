@@ -187,7 +187,7 @@ def test_a_lossy_engine_fails_the_outputs_check_and_says_where(tmp_path: Path,
                                                                fake_server) -> None:
     base_url, _ = fake_server()
     spec_url, _ = fake_server("--fake-diverge-after", "5", spec=SPEC)
-    code, doc, out = benchmark(tmp_path, "--url", spec_url, "--baseline-url", base_url,
+    code, doc, _out = benchmark(tmp_path, "--url", spec_url, "--baseline-url", base_url,
                                "--prompts", CHAT_PROMPTS, "--concurrency", "[1]",
                                "--max-tokens", "12", "--warmup", "0", "--requests", "3")
     m = doc["metrics"]
