@@ -201,7 +201,11 @@ def test_full_pipeline_measures_speedup_and_stops_what_it_started(world, store: 
     assert "meets >= 0.001" in v.verdict and "acceptance_length " in v.verdict
     assert {c["name"] for c in v.checks} == {"requests_ok", "spec_decode_metrics",
                                             "spec_counters_consistent",
-                                            "baseline_not_speculating"}
+                                            "baseline_not_speculating",
+                                            "outputs_equal_plain"}
+    # greedy: the drafter's server answered every request as the plain one did
+    assert all(c["passed"] for c in v.checks)
+    assert b["outputs_equal_c1"] == b["outputs_equal_c2"] == 1.0
 
     # the kept server stops with `harness cancel RUN`, engine child and all
     after = cancel_run(store, spec_run.id)
