@@ -139,7 +139,10 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = make_parser(ACTION, "Benchmark the speculative server against the baseline: "
-                            "tokens/s, TTFT, TPOT, acceptance, speedup per concurrency.")
+                            "tokens/s, TTFT, TPOT, served τ and acceptance per position, "
+                            "answers against plain greedy, speedup per concurrency. These "
+                            "are served numbers (the engine's), not eagle3.verify's "
+                            "reference-loop bound.")
     p.add_argument("--url", required=True, help="the speculative server, e.g. "
                                                 "http://127.0.0.1:8001")
     p.add_argument("--baseline-url", help="the same target without speculation")
