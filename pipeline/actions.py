@@ -98,7 +98,12 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
                          "baseline_ttft_p50_ms_c*", "speedup_c*", "speedup_min", "speedup",
                          "acceptance_rate", "acceptance_length", "acceptance_per_position",
                          "num_drafts", "num_draft_tokens", "num_accepted_tokens",
-                         "requests_failed", "requests_completed"),
+                         "requests_failed", "requests_completed",
+                         # per concurrency: served τ from that level's /metrics deltas, and
+                         # the share of answers equal to plain greedy decoding's
+                         "acceptance_length_c*", "acceptance_rate_c*",
+                         "acceptance_per_position_c*", "num_drafts_c*", "outputs_equal_c*",
+                         "outputs_equal", "outputs_compared"),
 }
 
 

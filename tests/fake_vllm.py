@@ -22,6 +22,8 @@ Flags to misbehave, for the bad-input tests: ``--fake-die-after`` (exit during s
 ARCHS`` (refuse targets of those architectures the way vLLM 0.33 does: no list, the
 model class lacks ``SupportsEagle3``, found by the engine core when it loads the model),
 ``--fake-engine-child`` (a second process in the group, like vLLM's EngineCore),
+``--fake-diverge-after N`` (a lossy engine: from the Nth generated token on, the words are
+not the ones plain decoding gives),
 ``--fake-ignore-term`` (only SIGKILL stops it), ``--fake-engines N`` (per-engine labels).
 
 Standard library only: it must start on any host the tests reach.
@@ -82,6 +84,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--fake-ignore-term", action="store_true")
     s.add_argument("--fake-engines", type=int, default=1)
     s.add_argument("--fake-record", default=None)
+    s.add_argument("--fake-diverge-after", type=int, default=None)
     return parser.parse_args(argv)
 
 
@@ -269,8 +272,11 @@ def make_handler(engine: Engine, ready: threading.Event):
                                      "choices": [{"index": 0, "delta": {
                                          "role": "assistant", "content": ""},
                                          "finish_reason": None}]})
+                diverge = args.fake_diverge_after
                 for emitted in engine.steps(key, max_tokens, e):
-                    words = [f"w{(n + i) % 97}" for i in range(emitted)]
+                    ids = [(n + i) % 97 if diverge is None or n + i < diverge else
+                           (n + i + 1) % 97 for i in range(emitted)]
+                    words = [f"w{t}" for t in ids]
                     field = "reasoning_content" if n < think_tokens else "content"
                     text = "".join(" " + w for w in words)
                     n += emitted
@@ -280,6 +286,8 @@ def make_handler(engine: Engine, ready: threading.Event):
                             choice = {"index": 0, "delta": {field: text}, "finish_reason": None}
                         else:
                             choice = {"index": 0, "text": text, "finish_reason": None}
+                        if body.get("return_token_ids"):
+                            choice["token_ids"] = ids
                         self._event({"model": model, "choices": [choice]})
                 usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
                          "total_tokens": prompt_tokens + n}
