@@ -3,7 +3,6 @@ measured numbers in its reason; a good one completes with the numbers noted on i
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
