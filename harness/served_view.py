@@ -54,7 +54,7 @@ def speed_figures(m: Mapping[str, Any]) -> list[str]:
 
 def _pos(x: Any) -> str:
     if isinstance(x, list) and x and all(_num(v) is not None for v in x):
-        return " / ".join(f"{v:.3f}" for v in x)
+        return "/".join(f"{v:.3f}" for v in x)
     return "-"
 
 
@@ -72,7 +72,8 @@ class Comparison:
         return f"offline ({OFFLINE_KIND} {off}) beside served ({SERVED_KIND} v{self.served.id})"
 
     def rows(self) -> list[tuple[str, str, str]]:
-        """(what, offline, served) lines: τ, per position, speed at each level."""
+        """(what, offline, served) lines: τ, per position, speed at each level (``c=N``:
+        N requests at once). The offline speed is the reference loop's: a bound."""
         s = self.served.metrics
         o = dict(self.offline.metrics) if self.offline is not None else {
             k.removeprefix("offline_"): v for k, v in s.items() if k.startswith("offline_")}
@@ -81,13 +82,13 @@ class Comparison:
         gap = ""
         if otau and stau is not None:
             gap = f" ({abs(stau - otau) / otau:.1%} apart)"
-        out = [("τ (mean acceptance length)", "-" if otau is None else f"{otau:.3f}",
+        out = [("τ", "-" if otau is None else f"{otau:.3f}",
                 ("-" if stau is None else f"{stau:.3f}") + gap),
-               ("acceptance per position", _pos(o.get("acceptance_per_position")),
+               ("per position", _pos(o.get("acceptance_per_position")),
                 _pos(s.get("acceptance_per_position")))]
         bound, proj = reference_bound(o), _num(o.get("projected_speedup"))
         offline_speed = ", ".join(x for x in (
-            f"≤{bound:.2f}x reference-loop bound" if bound is not None else "",
+            f"≤{bound:.2f}x bound" if bound is not None else "",
             f"{proj:.2f}x projected" if proj is not None else "") if x) or "-"
         levels = _levels(s)
         if not levels:
@@ -97,7 +98,7 @@ class Comparison:
             ctau = _num(s.get(f"acceptance_length_c{c}"))
             if ctau is not None:
                 served += f" (τ {ctau:.2f})"
-            out.append((f"speedup at {c} concurrent", offline_speed if i == 0 else "", served))
+            out.append((f"speedup c={c}", offline_speed if i == 0 else "", served))
         return out
 
 
