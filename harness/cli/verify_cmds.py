@@ -83,7 +83,8 @@ def run_verification(params: dict[str, Any], log: Any) -> StageResult:
 @click.option("--exclude", type=click.Path(path_type=Path),
               help="JSONL of the drafter's training samples: prompts among them are skipped.")
 @click.option("--functional/--no-functional", default=None,
-              help="Measure acceptance and speedup (default: on when --data is given).")
+              help="Measure acceptance, and the reference loop's speed (default: on when "
+                   "--data is given).")
 @click.option("--k", "k", type=click.IntRange(min=1), default=3, show_default=True,
               help="Draft tokens per verify step.")
 @click.option("--samples", type=click.IntRange(min=1), default=16, show_default=True,
