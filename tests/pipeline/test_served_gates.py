@@ -75,6 +75,12 @@ def test_a_good_served_gate_passes_check(tmp_path: Path) -> None:
                                                          {"at": 16, "min": 1.0}],
                                   "max_served_tau_gap": {"max": 0.05, "verify": "verify"}}))
     assert r.code == 0, r.err
+    assert "  benchmark: served τ held to verify's within 5% (max_served_tau_gap)" in r.out
+    # the implied check is said too, so nobody is surprised by it
+    r = _check(tmp_path, _stages({}))
+    assert r.code == 0 and ("  benchmark: served τ held to verify's within 10% (without a "
+                            "gate key: it serves the checkpoint that stage verified, at the "
+                            "same k)") in r.out
 
 
 def _pair(stages: list[dict]) -> Any:
