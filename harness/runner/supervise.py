@@ -312,8 +312,10 @@ class Supervisor:
                 return  # a person decided meanwhile (done, cancelled, blocked): theirs stands
             if outcome.completed:
                 tx.update_todo(todo, status="completed")
-                gated = outcome.stage in {s.name for s in self.spec.stages} and \
+                # a gate of its own, or one the runner implied (served τ against verify's)
+                gated = outcome.stage in {s.name for s in self.spec.stages} and (
                     bool(self.spec.stage(outcome.stage).gate)
+                    or "gate passed: " in (outcome.reason or ""))
                 if gated and outcome.reason:
                     # The numbers that let it through stay on the todo itself.
                     tx.emit("todo.noted", todo_id=todo,
