@@ -50,6 +50,7 @@ _EXAMPLE = "{at: 1, min: 1.3}"
 # --num-speculative-tokens): a stage that leaves them out drafts this many tokens.
 VERIFY_K = 3
 SERVE_K = 3
+BENCH_LEVELS = [1, 4, 16]  # pipeline/eagle3/benchmark.py --concurrency
 
 
 class GateFormError(ValueError):
@@ -92,6 +93,20 @@ def served_levels(value: Any) -> list[tuple[int, float]]:
             raise GateFormError(f"concurrency {level} is held twice", index)
         out.append((level, float(least)))
     return out
+
+
+def unmeasured_level(stage: Stage) -> str | None:
+    """Why a ``min_served_speedup`` level cannot be met: the benchmark does not measure it
+    (its ``concurrency``). Caught by ``harness check``, before any GPU time is spent."""
+    levels = stage.params.get("concurrency", BENCH_LEVELS)
+    if not isinstance(levels, list):
+        return None  # the action refuses a malformed list itself
+    for at, _least in served_levels(stage.gate[SERVED_SPEEDUP]):
+        if at not in levels:
+            return (f"holds the speedup at {at} concurrent request{'s' if at != 1 else ''}, "
+                    f"but the benchmark's `concurrency` is {levels}: add {at} to it, or "
+                    "hold a level it measures")
+    return None
 
 
 def tau_gap_form(value: Any) -> tuple[float, str | None]:

@@ -36,6 +36,7 @@ from pipeline.served_gates import (
     offline_pair,
     served_levels,
     tau_gap_form,
+    unmeasured_level,
 )
 from pipeline.spec_errors import from_validation, suggest
 from pipeline.spec_models import (
@@ -229,6 +230,9 @@ def _check_gate(stage: Stage, at: str, fail: Any) -> None:
                 served_levels(value) if key == SERVED_SPEEDUP else tau_gap_form(value)
             except GateFormError as exc:
                 fail(where + (f"[{exc.index}]" if exc.index is not None else ""), str(exc))
+            unmeasured = unmeasured_level(stage) if key == SERVED_SPEEDUP else None
+            if unmeasured:
+                fail(where, unmeasured)
         elif isinstance(value, dict) or (isinstance(value, list) and
                                          any(isinstance(v, dict) for v in value)):
             fail(where, f"expected a number or a list of numbers, got {value!r}")

@@ -50,6 +50,9 @@ def _check(tmp_path: Path, stages: list[dict]) -> Any:
      "gate.min_served_speedup[1]", "concurrency 1 is held twice"),
     ({"min_served_speedup": {"at": 1, "min": 1.3, "level": 2}}, "gate.min_served_speedup",
      "unknown key 'level'"),
+    ({"min_served_speedup": {"at": 32, "min": 1.0}}, "gate.min_served_speedup",
+     "holds the speedup at 32 concurrent requests, but the benchmark's `concurrency` is "
+     "[1, 4, 16]: add 32 to it, or hold a level it measures"),
     ({"max_served_tau_gap": 10}, "gate.max_served_tau_gap",
      "between 0 and 1 (0.1 is 10%), got 10"),
     ({"max_served_tau_gap": {"max": 0.1, "verify": "nope"}}, "gate.max_served_tau_gap",
