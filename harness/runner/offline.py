@@ -18,7 +18,7 @@ from pipeline.spec import Pipeline, Stage
 from state.fold import VerificationState
 from state.store import Store
 
-__all__ = ["OFFLINE_FIGURES", "offline_context"]
+__all__ = ["OFFLINE_FIGURES", "offline_context", "offline_figures", "with_gap"]
 
 # verify metric -> the name it takes among the benchmark's metrics (old names first read)
 OFFLINE_FIGURES = {"acceptance_length": "offline_acceptance_length",
