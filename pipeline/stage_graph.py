@@ -10,7 +10,7 @@ from pipeline.errors import SpecError
 if TYPE_CHECKING:
     from pipeline.spec_models import Stage
 
-__all__ = ["find_cycle", "topological_order"]
+__all__ = ["find_cycle", "topological_order", "upstream"]
 
 
 def find_cycle(stages: Sequence[Stage]) -> list[str] | None:
@@ -55,3 +55,17 @@ def topological_order(stages: Sequence[Stage]) -> list[Stage]:
         for deps in waiting.values():
             deps.discard(first.name)
     return done
+
+
+def upstream(stages: Sequence[Stage], name: str) -> list[Stage]:
+    """Every stage ``name`` needs, directly or through others, in file order."""
+    by_name = {s.name: s for s in stages}
+    seen: set[str] = set()
+    todo = list(by_name[name].needs) if name in by_name else []
+    while todo:
+        dep = todo.pop()
+        if dep in seen or dep not in by_name:
+            continue
+        seen.add(dep)
+        todo += by_name[dep].needs
+    return [s for s in stages if s.name in seen]

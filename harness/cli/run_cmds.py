@@ -21,6 +21,7 @@ from pipeline.eagle3.campaign_plan import plan as campaign_plan
 from pipeline.eagle3.disk_estimate import estimates as disk_estimates
 from pipeline.params import check_params
 from pipeline.redact import redact_text
+from pipeline.served_gates import offline_pair
 from pipeline.spec import Pipeline, load_spec, parse_scale
 from state.fold import RUN_FINAL
 from state.interrupts import TerminateRequested, stop_signals_raise
@@ -73,6 +74,13 @@ def check(spec_path: Path, as_json: bool) -> None:
         click.echo(f"  disk: {d.line()}")
     for line in paper.lines() if paper else []:
         click.echo(f"  {line}")
+    for stage in spec.stages:
+        pair = offline_pair(spec.stages, stage)
+        if pair.verify is not None:
+            how = "without a gate key: it serves the checkpoint that stage verified, at " \
+                "the same k" if pair.implied else "max_served_tau_gap"
+            click.echo(f"  {stage.name}: served τ held to {pair.verify.name}'s within "
+                       f"{pair.tolerance:.0%} ({how})")
 
 
 @click.command("run")

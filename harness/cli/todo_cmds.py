@@ -10,6 +10,7 @@ from harness import todos as uc
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.errors import InputError, UsageError
 from harness.render import BADGE, GLYPH, SECTION, aligned, describe, safe_line, safe_text
+from harness.served_view import comparisons
 from state.fold import STATUSES, TodoState, board_key, unmet_dependencies
 
 PRIORITY_CHOICE = click.Choice(["high", "medium", "low", "H", "M", "L", "h", "m", "l"])
@@ -108,7 +109,9 @@ def show(todo_id: str, as_json: bool) -> None:
 
     Its history is one short line per event: what changed, from and to (`status:
     pending -> in_progress`), long values cut, a run's job as where it runs (`run r8 on
-    local, pid 5625: queued -> running`). --json keeps every event whole.
+    local, pid 5625: queued -> running`). --json keeps every event whole. For a drafter's
+    verify or benchmark todo, its offline (reference loop) and served (engine) figures are
+    shown side by side.
     """
     h = harness()
     sid = h.session().id
@@ -133,6 +136,11 @@ def show(todo_id: str, as_json: bool) -> None:
                          for e in events if e.kind == "todo.noted"]
         data["runs"] = [r.__dict__ for r in runs]
         data["verifications"] = [v.__dict__ for v in verifications]
+        data["offline_and_served"] = [
+            {"offline": f"v{c.offline.id}" if c.offline is not None else None,
+             "served": f"v{c.served.id}",
+             "rows": [{"figure": a, "offline": b, "served": c_} for a, b, c_ in c.rows()]}
+            for c in comparisons(verifications, h.store.verifications(sid))]
         emit_json(data)
         return
     click.echo(f"{t.id}  {GLYPH.get(t.status, '?')} {t.status}  priority {t.priority}"
@@ -169,6 +177,13 @@ def show(todo_id: str, as_json: bool) -> None:
         for v in verifications:
             click.echo(f"  v{v.id} {'passed' if v.passed else 'failed'}: "
                        f"{safe_line(v.verdict, 90)}")
+        for c in comparisons(verifications, h.store.verifications(sid)):
+            # offline (the reference loop) and served (the engine) are different things:
+            # side by side, each in its own column, never one for the other
+            click.echo(f"{c.title}:")
+            table = [["", "offline (reference loop)", "served (engine)"], *c.rows()]
+            for text in aligned(table, caps=(None, 48, None), sep="   "):
+                click.echo(f"  {text}")
     click.echo("history:")
     rows = [[f"#{e.n}", e.ts[:19].replace("T", " "), e.actor, describe(e)] for e in events]
     for text in aligned(rows, caps=(None, None, 40, None), sep=" "):
