@@ -20,10 +20,12 @@ and checked, and a file the edit cannot handle is an error that says what to set
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -145,7 +147,8 @@ def hook_hashes(codex: str, hooks_text: str, *, user_scope: bool) -> dict[str, s
     """Codex's hash of every hook in ``hooks_text``, keyed as Codex keys them but relative
     to the hooks file (``post_tool_use:0:0``), as Codex's ``hooks/list`` reports it for a
     scratch copy of the file in a trusted scratch project."""
-    with tempfile.TemporaryDirectory(prefix="harness-codex-") as tmp:
+    # A Codex child may still be closing its logs there when we leave: never a traceback.
+    with tempfile.TemporaryDirectory(prefix="harness-codex-", ignore_cleanup_errors=True) as tmp:
         home = Path(tmp) / "home"
         proj = Path(tmp) / "project"
         home.mkdir()
@@ -172,13 +175,15 @@ def hooks_list(codex: str, home: Path, cwd: Path) -> list[dict[str, Any]]:
     ]
     env = {**os.environ, "CODEX_HOME": str(home)}
     try:
+        # Its own process group: the npm launcher starts the native binary as a child,
+        # which a kill of the launcher alone would leave writing into CODEX_HOME.
         proc = subprocess.Popen([codex, "app-server"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                cwd=cwd, env=env, text=True)
+                                cwd=cwd, env=env, text=True, start_new_session=True)
     except OSError as exc:
         raise InputError(f"cannot run it ({exc.strerror})", where=codex) from None
     # A Codex that never answers must not hang the install.
-    watchdog = threading.Timer(APP_SERVER_TIMEOUT, proc.kill)
+    watchdog = threading.Timer(APP_SERVER_TIMEOUT, _kill_group, (proc,))
     watchdog.start()
     try:
         assert proc.stdin is not None and proc.stdout is not None
@@ -199,8 +204,13 @@ def hooks_list(codex: str, home: Path, cwd: Path) -> list[dict[str, Any]]:
         raise InputError("codex app-server ended at once", where=codex) from None
     finally:
         watchdog.cancel()
-        proc.kill()
+        _kill_group(proc)
         proc.wait()
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def project_trusted(doc: dict[str, Any], project: Path) -> bool:
