@@ -1,12 +1,14 @@
 """Where a store is: a path or a database URL, normalised, and shown without its password.
 
 SQLite URLs are read by hand (no SQLAlchemy on the everyday paths); a server URL goes
-through SQLAlchemy's URL parser (:mod:`state.engine`), imported only then.
+through SQLAlchemy's URL parser, imported only then.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from state.errors import StoreUnavailable
 
 
 def normalize_url(target: str) -> str:
@@ -14,9 +16,7 @@ def normalize_url(target: str) -> str:
     if target.startswith("sqlite:"):
         return target
     if "://" in target:
-        from state.engine import normalize_server_url
-
-        return normalize_server_url(target)
+        return _server_url(target)
     if target == ":memory:":
         return "sqlite://"
     return "sqlite:///" + str(Path(target).expanduser().resolve())
@@ -41,9 +41,9 @@ def public_url(url: str) -> str:
     """The URL with any password masked: safe to print, log, or key a config file by."""
     if is_sqlite(url):
         return url
-    from state.engine import mask_password
+    from sqlalchemy.engine import make_url
 
-    return mask_password(url)
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def display_url(url: str) -> str:
@@ -54,3 +54,17 @@ def display_url(url: str) -> str:
     if is_sqlite(url):
         return ":memory:"
     return public_url(url)
+
+
+def _server_url(target: str) -> str:
+    """A server URL (``postgresql://...``) -> the SQLAlchemy URL we connect with."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(target)
+    except ArgumentError as exc:
+        raise StoreUnavailable(f"not a database URL ({exc})", where=target) from None
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    return url.render_as_string(hide_password=False)
