@@ -474,7 +474,8 @@ TOOLS: dict[str, ToolSpec] = {t.name: t for t in [
     ToolSpec(
         "verification_results", "Verification results",
         "Verification results (checks that measure function, not just form: acceptance "
-        "length, projected speedup, ...) for a todo, a run, or a checkpoint (a path "
+        "length, a benchmark's served speedup; a verify row's speedups are its reference "
+        "loop's upper bounds, not served) for a todo, a run, or a checkpoint (a path "
         "fragment or sha256 prefix), newest last.",
         _obj({"todo": _TODO_ID, "run": _RUN_ID,
               "checkpoint": {"type": "string", "minLength": 1},

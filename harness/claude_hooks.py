@@ -7,7 +7,7 @@ and ``hook_event_name``):
 
 * ``PostToolUse`` of ``TodoWrite``: ``tool_input`` is the whole list; it is merged like
   any agent write (:func:`harness.agent.todowrite`) with ``sees_response=False``,
-  because Claude never reads a hook's answer.
+  because Claude never reads the list back from a hook's answer.
 * ``PostToolUse`` of ``TaskCreate`` / ``TaskUpdate`` (Claude Code's per-task tools), and
   the ``TaskCreated`` / ``TaskCompleted`` events (``task_id``, ``task_subject``,
   ``task_description``): one item is created, changed, completed or (status
@@ -17,6 +17,15 @@ and ``hook_event_name``):
   tasks of each list from 1). A task id a resumed or forked session inherited is found
   under the list it came from. A delivery seen twice (``TaskCreated`` and
   ``PostToolUse`` for one task) does nothing the second time.
+* ``PreToolUse`` of ``TaskList`` / ``TaskGet``, and
+  ``UserPromptSubmit``: what a person (or the runner) changed in the list's todos is
+  written into Claude's task files first (:mod:`harness.claude_task_files`), since
+  Claude reads them afresh for those tools.
+* Every ``PostToolUse`` we get (the todo tools, ``TaskList``, ``TaskGet``) and
+  ``UserPromptSubmit`` answer with a short notice of what others changed since the agent
+  last saw the list (:mod:`harness.agent_notice`) as ``additionalContext``; Claude Code
+  puts it before the model's next turn. A ``SessionStart`` answer is the whole list, so
+  it counts as seen.
 * ``PreCompact``, ``PostCompact`` and ``SessionStart`` (``source`` ``startup``,
   ``resume``, ``clear``, ``compact``): each cut of Claude's context is one
   ``agent.context`` event in the session's history (``harness replay`` shows where the
@@ -35,6 +44,7 @@ every error, logs it to ``<data dir>/logs/hooks.log`` and exits 0.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -42,6 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.agent_context import CONTEXT_EVENTS, context_event
+from harness.agent_notice import Notice, seen_now, take
+from harness.claude_task_files import task_dir, write_back
 from harness.claude_task_map import TASK_STATUSES, create_task, load_map, save_map, status_change
 from harness.context import Harness
 from harness.errors import InputError
@@ -51,6 +63,10 @@ from state.store import Tx
 
 ACTOR = "agent:claude-code"
 TODO_TOOLS = ("TodoWrite", "TaskCreate", "TaskUpdate")
+# Tools that show Claude its task list: before them the task files get people's changes
+# (PreToolUse), after them the notice of what changed (PostToolUse).
+READ_TOOLS = ("TaskList", "TaskGet")
+LIST_TOOLS = ("TaskList", "TaskGet")
 LIST_ENV = "CLAUDE_CODE_TASK_LIST_ID"
 
 
@@ -106,16 +122,31 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         raise InputError(f"hook payload must be a JSON object, not {type(payload).__name__}")
     event = payload.get("hook_event_name")
     if event in CONTEXT_EVENTS:
-        return context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
+        answer = context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
+        if event == "SessionStart":
+            seen_whole_list(harness, actor)  # the answer is the whole list
+        return answer
     if event == "TaskCreated":
         task_created(harness, payload, actor=actor)
         return None
     if event == "TaskCompleted":
         task_completed(harness, payload, actor=actor)
         return None
+    if event == "PreToolUse":
+        if payload.get("tool_name") in READ_TOOLS:
+            # Claude reads the task files next: a person's change must be in them.
+            files_from_store(harness, payload, actor)
+        return None
+    if event == "UserPromptSubmit":
+        files_from_store(harness, payload, actor)
+        return notice_answer(event, take(harness.store, harness.session(create=True).id,
+                                         actor))
     if event != "PostToolUse":
         return None
     tool = payload.get("tool_name")
+    if tool in LIST_TOOLS:
+        return notice_answer(event, take(harness.store, harness.session(create=True).id,
+                                         actor))
     if tool not in TODO_TOOLS:
         return None
     tool_input = payload.get("tool_input")
@@ -129,13 +160,36 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
 
         write = formats.parse(dict(tool_input), "claude", where="TodoWrite tool_input")
         todowrite(harness.store, sid, write, actor=actor, sees_response=False, ref=ref)
-        return None
-    if tool == "TaskCreate":
+    elif tool == "TaskCreate":
         task_create(harness, sid, task_list(payload), tool_input,
                     payload.get("tool_response"), actor=actor, ref=ref)
     else:
         task_update(harness, sid, task_list(payload), tool_input, actor=actor, ref=ref)
-    return None
+    return notice_answer(event, take(harness.store, sid, actor))
+
+
+# -- people's changes, told (harness.agent_notice) -----------------------------------------
+
+def notice_answer(event: str, notice: Notice | None) -> str | None:
+    """A hook's answer carrying the notice as ``additionalContext``, which Claude Code
+    puts before the model's next turn (a system reminder after the tool's result)."""
+    if notice is None:
+        return None
+    return json.dumps({"hookSpecificOutput": {"hookEventName": event,
+                                              "additionalContext": notice.text()}},
+                      ensure_ascii=False)
+
+
+def files_from_store(harness: Harness, payload: Mapping[str, Any], actor: str) -> None:
+    """People's changes into the task files of this payload's list (when it has any)."""
+    list_id = task_list(payload)
+    if list_id and task_dir(list_id).is_dir():
+        with harness.store.write(harness.session(create=True).id, actor) as tx:
+            write_back(tx, list_id)
+
+
+def seen_whole_list(harness: Harness, actor: str) -> None:
+    seen_now(harness.store, harness.session(create=True).id, actor)
 
 
 # -- the list back after a cut (harness.agent_context) --------------------------------------
@@ -212,8 +266,25 @@ def task_create(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
                     and v.agent_id.startswith(list_id + ":")
                     and v.agent_id.rsplit(":", 1)[1].isdigit()]
             task_id = str(max(mine, default=0) + 1)
-        return create_task(tx, tasks, f"{list_id}:{task_id}", subject, active_form=active,
-                           description=description)
+        key = f"{list_id}:{task_id}"
+        num = create_task(tx, tasks, key, subject, active_form=active,
+                          description=description)
+        if num is None and active:
+            fill_active_form(tx, tasks, key, active)
+        return num
+
+
+def fill_active_form(tx: Tx, tasks: list[ViewItem], key: str, active: str) -> None:
+    """Claude Code sends ``TaskCreated`` (no activeForm) before ``PostToolUse`` of
+    ``TaskCreate`` (with it): the second delivery of one task still brings its activeForm,
+    unless someone gave the todo one in between."""
+    for i, v in enumerate(tasks):
+        if v.agent_id == key and v.num in tx.state.todos:
+            if v.active_form is None and tx.todo(v.num).active_form is None:
+                tx.update_todo(v.num, active_form=active)
+                tasks[i] = v._replace(active_form=active)
+                save_map(tx, tasks)
+            return
 
 
 def _event_task(payload: Mapping[str, Any]) -> tuple[str, str | None, str | None]:

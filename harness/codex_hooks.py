@@ -12,6 +12,11 @@ to put it back:
 * ``PostToolUse`` of ``update_plan`` (``tool_input`` ``{explanation?, plan}``): merged as
   ``agent:codex``, as ``harness watch-codex`` would merge it from the rollout (the same
   call from both changes the list once).
+* A person's (or the runner's) change since Codex last saw the list rides on the next
+  answer Codex reads: ``PostToolUse`` and ``UserPromptSubmit`` answer with it as
+  ``hookSpecificOutput.additionalContext`` (:mod:`harness.agent_notice`), so it is in the
+  next request to the model without waiting for a compaction. ``SessionStart`` shows the
+  whole list, which counts as seen.
 
 The harness session: ``--session``, else ``HARNESS_SESSION``, else the project directory
 (the payload's ``cwd``), as for Claude Code (:func:`harness.claude_hooks.session_for`).
@@ -19,6 +24,7 @@ The harness session: ``--session``, else ``HARNESS_SESSION``, else the project d
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,7 +48,12 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         raise InputError(f"hook payload must be a JSON object, not {type(payload).__name__}")
     event = payload.get("hook_event_name")
     if event in CONTEXT_EVENTS:
-        return context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
+        answer = context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
+        if answer is not None:
+            _seen(harness, actor)
+        return answer
+    if event == "UserPromptSubmit":
+        return _notice(harness, actor, event)
     if event == "PostToolUse" and payload.get("tool_name") == "update_plan":
         from harness import formats
         from harness.agent import todowrite
@@ -55,5 +66,25 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
             else None
         todowrite(harness.store, harness.session(create=True).id, write, actor=actor,
                   sees_response=False, ref=ref)
+    if event == "PostToolUse":
+        return _notice(harness, actor, event)
     return None
 
+
+def _notice(harness: Harness, actor: str, event: str) -> str | None:
+    """What others changed since Codex last saw the list, in the shape Codex adds to the
+    model's context (None: nothing new, and nothing is printed)."""
+    from harness.agent_notice import take
+
+    notice = take(harness.store, harness.session(create=True).id, actor)
+    if notice is None:
+        return None
+    return json.dumps({"hookSpecificOutput": {"hookEventName": event,
+                                              "additionalContext": notice.text()}},
+                      ensure_ascii=False)
+
+
+def _seen(harness: Harness, actor: str) -> None:
+    from harness.agent_notice import seen_now
+
+    seen_now(harness.store, harness.session(create=True).id, actor)

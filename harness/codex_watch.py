@@ -15,6 +15,13 @@ lines are read. The first time a store is watched, rollouts already there are sk
 their end (they are history, not the current plan) unless ``backfill``; a file that
 appears later, even while the watcher was down, is read from its start. A plan that
 cannot be read is logged and skipped, never retried forever.
+
+A call Codex refused is skipped, as the hooks skip it (Codex runs no ``PostToolUse`` for
+it): its ``function_call_output`` (same ``call_id``) says so, e.g. "unsupported call:
+update_plan" while ``[tools.update_plan]`` is not enabled
+(:func:`refusal`; the importer reads rollouts alike). Codex writes that answer a moment after the
+call, so a call without one waits, while the rollout is still growing, up to
+:data:`HOLD_SECONDS`; the last pass of ``--once`` decides on what is there.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +45,19 @@ from state.store import normalize_ts
 
 ACTOR = "agent:codex"
 PATTERN = "rollout-*.jsonl"
+HOLD_SECONDS = 2.0
+_REFUSED = ("failed to parse", "error", "unsupported call")
+
+
+def refusal(output: Any) -> str | None:
+    """Why Codex refused a tool call, from its ``function_call_output``'s ``output``
+    (None: the call went through, and changed the plan)."""
+    text = output.get("content") if isinstance(output, dict) else output
+    ok = output.get("success", True) if isinstance(output, dict) else True
+    if ok is False or (isinstance(text, str) and text.lower().startswith(_REFUSED)):
+        text = str(text)
+        return text if len(text) <= 70 else text[:69] + "…"
+    return None
 
 
 @dataclass
@@ -47,6 +67,18 @@ class PlanCall:
     call_id: str | None
     ts: str | None
     arguments: Any
+
+
+def call_output(obj: Any) -> tuple[str, Any] | None:
+    """(call id, output) if this rollout line is a tool call's answer."""
+    if not isinstance(obj, Mapping):
+        return None
+    item = obj.get("payload") if obj.get("type") == "response_item" else obj
+    if not isinstance(item, Mapping) or item.get("type") not in (
+            "function_call_output", "custom_tool_call_output"):
+        return None
+    call_id = item.get("call_id")
+    return (str(call_id), item.get("output")) if call_id else None
 
 
 def plan_call(obj: Any) -> tuple[str | None, str | None, Any] | None:
@@ -127,26 +159,26 @@ class CodexWatcher:
         except OSError:
             return []
 
-    def _calls(self, path: Path, start: int) -> Iterator[PlanCall | int]:
-        """Plan calls after ``start``; a bare int is the offset after a line without one."""
+    def _lines(self, path: Path, start: int) -> list[tuple[int, Any]]:
+        """(offset just past the line, the parsed line or None) for every whole line
+        after ``start``; a line Codex is still writing waits for the next pass."""
+        out: list[tuple[int, Any]] = []
         with path.open("rb") as fh:
             fh.seek(start)
             offset = start
             for raw in fh:
                 if not raw.endswith(b"\n"):
-                    return  # a line Codex is still writing: next time
+                    break
                 offset += len(raw)
                 try:
-                    found = plan_call(json.loads(raw))
+                    out.append((offset, json.loads(raw)))
                 except (ValueError, RecursionError):
-                    found = None
-                if found is None:
-                    yield offset
-                else:
-                    yield PlanCall(path, offset, *found)
+                    out.append((offset, None))
+        return out
 
-    def scan(self) -> int:
-        """One pass over every rollout; returns how many plan calls were ingested."""
+    def scan(self, *, final: bool = False) -> int:
+        """One pass over every rollout; returns how many plan calls were ingested.
+        ``final``: a call still without Codex's answer is decided now, not held."""
         done = 0
         for path in self._files():
             try:
@@ -160,20 +192,44 @@ class CodexWatcher:
                 start = 0  # the file was replaced by a shorter one: read it again
             if start == size:
                 continue
+            lines = self._lines(path, start)
+            answers = dict(found for _end, obj in lines if (found := call_output(obj)))
             moved = False
-            for item in self._calls(path, start):
-                if isinstance(item, int):
-                    self.book.set(path, item)
+            for end, obj in lines:
+                found = plan_call(obj)
+                if found is None:
+                    self.book.set(path, end)
                     moved = True
                     continue
-                if self.ingest(item):
+                call = PlanCall(path, end, *found)
+                if call.call_id in answers:
+                    refused = refusal(answers[call.call_id])
+                elif not final and self._growing(path):
+                    break  # its answer is on its way: the next pass decides
+                else:
+                    refused = None
+                if refused is not None:
+                    self._skip(call, f"refused by Codex ({refused})")
+                elif self.ingest(call):
                     done += 1
-                self.book.set(path, item.end)
+                self.book.set(path, call.end)
                 self.book.save()
                 moved = False
             if moved:
                 self.book.save()
         return done
+
+    @staticmethod
+    def _growing(path: Path) -> bool:
+        try:
+            return time.time() - path.stat().st_mtime < HOLD_SECONDS
+        except OSError:
+            return False
+
+    def _skip(self, call: PlanCall, why: str) -> None:
+        where = f"{call.path.name}:{call.call_id or call.end}"
+        log("watch-codex", f"skipped {where}: {why}")
+        self.echo(f"skipped {where}: {why}")
 
     def ingest(self, call: PlanCall) -> bool:
         where = f"{call.path.name}:{call.call_id or call.end}"
@@ -197,7 +253,7 @@ class CodexWatcher:
         n = 0
         while passes is None or n < passes:
             try:
-                self.scan()
+                self.scan(final=passes is not None and n == passes - 1)
             except KNOWN_ERRORS as exc:
                 # The store is locked or gone for now: the offsets did not move past the
                 # call, so the next pass tries it again.

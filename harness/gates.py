@@ -8,14 +8,22 @@ name to a short note (``eagle3.verify`` on a CPU: ``projected_speedup`` is "proj
 the median step costs; the measured loop ran 0.45x; CPU timings are indicative only").
 Each line and each blocked reason that uses the metric carries its note, so a gate passed
 on a projection says so.
+
+Two keys hold served numbers (:mod:`pipeline.served_gates`): ``min_served_speedup: {at: 1,
+min: 1.3}`` holds the benchmark's ``speedup_c1``, one item per level, and a level the
+benchmark did not measure fails by name; ``max_served_tau_gap: 0.1`` holds how far the
+served τ (``acceptance_length``) lies from the offline one (``offline_acceptance_length``,
+which the runner adds from the verify stage upstream), and its line names both.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from pipeline.actions import gate_metric
+from pipeline.served_gates import SERVED_SPEEDUP, TAU_GAP, served_levels, tau_gap_form
 
 __all__ = ["GateItem", "gate_items"]
 
@@ -33,6 +41,8 @@ class GateItem:
     where: str = ""                 # "pos2 " when one position of a list is shown
     limit: Any = None               # the threshold shown (that position's, for a list)
     note: str = ""                  # how far to trust the metric (the action's word)
+    missing: str = ""               # why the value is missing, when it is known
+    says: str = ""                  # the whole line, for items that read better in words
 
     def __post_init__(self) -> None:
         if self.limit is None:
@@ -41,8 +51,12 @@ class GateItem:
     @property
     def line(self) -> str:
         """``acceptance_length 1.17 fails >= 2``, as the run's reason and the TUI say it."""
+        if self.says:
+            return self.says
         if self.value is None:
-            return f"{self.metric} missing (gate needs {self.op} {_fmt(self.limit)})"
+            why = f": {self.missing}" if self.missing else ""
+            return (f"{self.metric} {self.where}missing{why} (gate needs {self.op} "
+                    f"{_fmt(self.limit)})")
         return (f"{self.metric} {self.where}{_fmt(self.value)} "
                 f"{'meets' if self.passed else 'fails'} {self.op} {_fmt(self.limit)}"
                 + (f" ({self.note})" if self.note else ""))
@@ -51,7 +65,11 @@ class GateItem:
     def needs(self) -> str:
         """``projected_speedup ≥ 1.1 (measured 0.66)``, for a blocked todo's reason."""
         sign = "≥" if self.op == ">=" else "≤"
+        if self.metric == "served_tau_gap":
+            return f"served τ within {_pct(self.limit)} of offline τ ({self.line})"
         measured = "missing" if self.value is None else f"measured {_fmt(self.value)}"
+        if self.value is None and self.missing:
+            measured += f": {self.missing}"
         note = f"; {self.note}" if self.note and self.value is not None else ""
         return f"{self.metric} {self.where}{sign} {_fmt(self.limit)} ({measured}{note})"
 
@@ -60,6 +78,11 @@ def _fmt(x: Any) -> str:
     if isinstance(x, list):
         return "[" + ", ".join(_fmt(v) for v in x) + "]"
     return f"{x:.4g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
+
+
+def _pct(x: Any) -> str:
+    return f"{x:.0%}" if isinstance(x, (int, float)) and x >= 0.095 else \
+        f"{x:.1%}" if isinstance(x, (int, float)) else str(x)
 
 
 def _is_number(x: Any) -> bool:
@@ -76,6 +99,10 @@ def gate_items(gate: dict[str, Any], metrics: dict[str, Any]) -> list[GateItem]:
     notes = metrics.get("metric_notes")
     notes = notes if isinstance(notes, dict) else {}
     for key, threshold in gate.items():
+        if key in (SERVED_SPEEDUP, TAU_GAP):
+            items += served_speedup_items(threshold, metrics) if key == SERVED_SPEEDUP \
+                else [tau_gap_item(threshold, metrics)]
+            continue
         metric, op = gate_metric(key)
         value = metrics.get(metric)
 
@@ -104,3 +131,66 @@ def gate_items(gate: dict[str, Any], metrics: dict[str, Any]) -> list[GateItem]:
     return items
 
 
+
+
+def _levels_measured(metrics: dict[str, Any]) -> list[int]:
+    return sorted(int(m.group(1)) for k in metrics
+                  if (m := re.fullmatch(r"speedup_c(\d+)", k)) and _is_number(metrics[k]))
+
+
+def served_speedup_items(threshold: Any, metrics: dict[str, Any]) -> list[GateItem]:
+    """``{at: 1, min: 1.3}`` (or a list): one item per level, holding ``speedup_c<at>``."""
+    try:
+        levels = served_levels(threshold)
+    except ValueError as exc:  # a stored row from a hand-made gate: say so, never raise
+        return [GateItem(SERVED_SPEEDUP, "served_speedup", ">=", 0.0, None, False,
+                         missing=f"the gate's form is wrong ({exc})")]
+    measured = _levels_measured(metrics)
+    out = []
+    for at, least in levels:
+        value = metrics.get(f"speedup_c{at}")
+        item = GateItem(SERVED_SPEEDUP, "served_speedup", ">=", least,
+                        value if _is_number(value) else None,
+                        _is_number(value) and value >= least, where=f"c={at} ")
+        if item.value is None:
+            item.missing = (f"the benchmark measured no speedup at {at} concurrent "
+                            f"request{'s' if at != 1 else ''} ("
+                            + (f"it measured c={', '.join(map(str, measured))}"
+                               if measured else "it measured no level")
+                            + f"); add {at} to its `concurrency`")
+        out.append(item)
+    return out
+
+
+def tau_gap_item(threshold: Any, metrics: dict[str, Any]) -> GateItem:
+    """How far the served τ lies from the offline τ, as a share of the offline one."""
+    try:
+        tolerance, _stage = tau_gap_form(threshold)
+    except ValueError as exc:
+        return GateItem(TAU_GAP, "served_tau_gap", "<=", 0.0, None, False,
+                        missing=f"the gate's form is wrong ({exc})")
+    served, offline = metrics.get("acceptance_length"), metrics.get("offline_acceptance_length")
+    item = GateItem(TAU_GAP, "served_tau_gap", "<=", tolerance, None, False)
+    if not _is_number(offline) or offline <= 0:
+        why = metrics.get("offline_problem")
+        item.missing = why if isinstance(why, str) and why else \
+            "no offline τ: no verify stage of this checkpoint came before the benchmark"
+        item.says = f"served τ vs offline τ: {item.missing} (tolerance {_pct(tolerance)})"
+        return item
+    if not _is_number(served):
+        item.missing = "the server exported no spec-decode counters, so no served τ"
+        item.says = (f"served τ missing vs offline τ {offline:.2f}: {item.missing} "
+                     f"(tolerance {_pct(tolerance)})")
+        return item
+    gap = abs(served - offline) / offline
+    item.value, item.passed = round(gap, 4), gap <= tolerance
+    source = metrics.get("offline_source")
+    of = f" of {source}" if isinstance(source, str) and source else ""
+    item.says = (f"served τ {served:.2f} vs offline τ {offline:.2f}{of}: {_pct(gap)} apart "
+                 f"(tolerance {_pct(tolerance)})")
+    if not item.passed:
+        item.says += ("; the engine feeds the drafter differently from how it was trained"
+                      if served < offline else
+                      "; the served run measures something else than verify did (other "
+                      "prompts, sampling or k?)")
+    return item

@@ -32,7 +32,9 @@ from harness.paths import codex_home
 
 # event -> matcher (None: the event takes none, or we want every occurrence)
 CLAUDE_EVENTS: dict[str, str | None] = {
-    "PostToolUse": "TodoWrite|TaskCreate|TaskUpdate",
+    "PostToolUse": "TodoWrite|TaskCreate|TaskUpdate|TaskList|TaskGet",
+    "PreToolUse": "TaskList|TaskGet",
+    "UserPromptSubmit": None,
     "TaskCreated": None,
     "TaskCompleted": None,
     "PreCompact": None,
@@ -44,6 +46,7 @@ CODEX_EVENTS: dict[str, str | None] = {
     "PreCompact": None,
     "PostCompact": None,
     "PostToolUse": "update_plan",
+    "UserPromptSubmit": None,  # carries a person's change since Codex last saw the list
 }
 AGENTS = {"claude-code": CLAUDE_EVENTS, "codex": CODEX_EVENTS}
 
@@ -113,6 +116,27 @@ def _ours(hook: Any, agent: str) -> bool:
             and re.search(rf"\bhook\s+{re.escape(agent)}\b", hook["command"]) is not None)
 
 
+def _narrow_matchers(hooks: dict[str, Any], agent: str) -> list[str]:
+    """What an older install of ours misses inside an event it already hooks (a
+    matcher without tools added since); said, not rewritten, since the user may have
+    narrowed it on purpose."""
+    notes = []
+    for event, matcher in AGENTS[agent].items():
+        if not matcher:
+            continue
+        for group in hooks.get(event) or []:
+            if not (isinstance(group, dict) and isinstance(group.get("hooks"), list)
+                    and any(_ours(h, agent) for h in group["hooks"])):
+                continue
+            have = str(group.get("matcher") or "")
+            missing = [t for t in matcher.split("|") if have and have != "*"
+                       and t not in have.split("|")]
+            if missing:
+                notes.append(f"the harness's {event} hook matches {have!r}, not "
+                             f"{', '.join(missing)}: set its matcher to {matcher!r} for them")
+    return notes
+
+
 def install(agent: str, *, scope: str = "project", cwd: Path, command: str | None = None,
             path: Path | None = None) -> InstallPlan:
     """What installing the hooks would make of the settings file (write it with
@@ -157,7 +181,70 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
         groups.append(group)
         added.append(event)
     after = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if added else (before or "")
-    notes = []
-    if agent == "codex" and added:
-        notes.append("Codex asks you to review and trust new hooks before it runs them")
+    notes = _narrow_matchers(hooks, agent)
     return InstallPlan(path=path, before=before, after=after, events=added, notes=notes)
+
+
+def _ours_keys(hooks_text: str, agent: str) -> set[str]:
+    """Codex's relative keys (``post_tool_use:0:0``) of our hooks in a hooks file."""
+    doc = json.loads(hooks_text) if hooks_text.strip() else {}
+    keys = set()
+    for event, groups in (doc.get("hooks") or {}).items():
+        snake = re.sub(r"(?<!^)(?=[A-Z])", "_", event).lower()
+        for gi, group in enumerate(groups if isinstance(groups, list) else []):
+            hooks = group.get("hooks") if isinstance(group, dict) else None
+            for hi, hook in enumerate(hooks if isinstance(hooks, list) else []):
+                if _ours(hook, agent):
+                    keys.add(f"{snake}:{gi}:{hi}")
+    return keys
+
+
+def codex_config(hooks: InstallPlan, *, scope: str, cwd: Path,
+                 codex: str | None = None) -> InstallPlan:
+    """What Codex's ``config.toml`` needs for the hooks in ``hooks.after`` to run: the
+    ``update_plan`` tool enabled, and our hooks trusted (their hash asked of Codex; see
+    :mod:`harness.codex_config`). What install cannot do is in the notes."""
+    from harness import codex_config as cc
+
+    path = cc.config_path()
+    where = str(path)
+    before, doc = cc.read(path)
+    text = before or ""
+    changes = []
+    notes = []
+    if cc.lookup(doc, ["tools", "update_plan", "enabled"]) is not True:
+        text = cc.set_value(text, ["tools", "update_plan"], "enabled", True, where=where)
+        changes.append("tools.update_plan.enabled")
+    program = cc.find_codex(codex)
+    if program is None:
+        notes.append("codex is not on PATH, so the hooks could not be trusted here: trust "
+                     "them in Codex (/hooks), or run `codex exec "
+                     "--dangerously-bypass-hook-trust` (or install again with --codex PATH)")
+    else:
+        try:
+            hashes = cc.hook_hashes(program, hooks.after, user_scope=scope == "user")
+        except InputError as exc:  # an older Codex, or one that fails: the rest still helps
+            hashes = {}
+            notes.append(f"could not ask Codex for the hooks' hashes ({exc}); trust them "
+                         "in Codex (/hooks)")
+        mine = _ours_keys(hooks.after, "codex")
+        if hashes and not mine <= set(hashes):
+            notes.append(f"{program} did not list every harness hook; trust them in Codex "
+                         "(/hooks)")
+        real = str(hooks.path)
+        state = doc.get("hooks", {}).get("state", {}) if isinstance(doc.get("hooks"), dict) \
+            else {}
+        for rel in sorted(mine & set(hashes)):
+            key = f"{real}:{rel}"
+            entry = state.get(key) if isinstance(state, dict) else None
+            if isinstance(entry, dict) and entry.get("trusted_hash") == hashes[rel]:
+                continue
+            text = cc.set_value(text, ["hooks", "state", key], "trusted_hash", hashes[rel],
+                                where=where)
+            changes.append(f"hooks.state.{rel}")
+    if scope == "project" and not cc.project_trusted(doc, cwd):
+        notes.append(f"Codex ignores .codex/ until you trust this project: answer yes when "
+                     f"Codex asks on its first start in {cwd}, or add "
+                     f"[projects.{json.dumps(str(cwd))}] trust_level = \"trusted\" to {path}")
+    return InstallPlan(path=path, before=before, after=text if changes else (before or ""),
+                       events=changes, notes=notes)

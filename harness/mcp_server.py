@@ -10,6 +10,10 @@ and argument checking gives our own one-line messages.
   call. An unknown tool name is a protocol error (-32602), as the MCP spec says.
 * Resources: ``harness://todos`` (the list, JSON), ``harness://todos/prompt`` (the compact
   block) for the server's session, and ``harness://sessions/{name}/todos`` for any other.
+* Every other tool's answer starts with a short notice of what others (people, the
+  runner, other agents) changed in the server's session since this agent last saw it,
+  told once (:mod:`harness.agent_notice`); ``todowrite`` and ``todoread`` show it in
+  their own answer.
 * Every write is an event by ``agent:<client name>``, the ``clientInfo.name`` the client
   sent in its initialize handshake (``--actor`` overrides it).
 * Store calls are blocking; they run one at a time in a worker thread, so the event loop
@@ -32,7 +36,8 @@ from mcp.shared.exceptions import MCPError
 
 from harness import __version__
 from harness.agent import prompt_block, todo_json
-from harness.agent_tools import TOOLS, ToolEnv, ToolSpec
+from harness.agent_notice import seen_now, take
+from harness.agent_tools import TOOLS, Answer, ToolEnv, ToolSpec
 from harness.context import Harness
 from harness.errors import KNOWN_ERRORS, InputError, render
 from harness.logfile import log
@@ -49,6 +54,9 @@ INSTRUCTIONS = (
 URI_TODOS = "harness://todos"
 URI_PROMPT = "harness://todos/prompt"
 URI_SESSION_PREFIX = "harness://sessions/"
+# Tools whose answer shows the agent what others changed already (todowrite's notes, the
+# whole list): after them the news counts as seen instead of being told twice.
+SHOWS_LIST = ("todowrite", "todoread")
 
 
 def agent_name(ctx: ServerRequestContext[Any, Any] | None, override: str | None) -> str:
@@ -115,7 +123,7 @@ class HarnessMCP:
                            f"unknown tool {params.name!r} (known: {', '.join(self.tools)})")
         env = ToolEnv(self.harness, agent_name(ctx, self.actor_override))
         try:
-            answer = await self._blocking(spec.call, env, params.arguments)
+            answer = await self._blocking(self._answer, spec, env, params.arguments)
         except KNOWN_ERRORS as exc:
             return _text_result(render(exc), error=True)
         except Exception as exc:  # a bug of ours: answer, log, keep serving
@@ -124,6 +132,29 @@ class HarnessMCP:
                                 f"{type(exc).__name__}: {exc}"
                                 + (f" (details in {where})" if where else ""), error=True)
         return _text_result(answer.render(), answer.data)
+
+    def _answer(self, spec: ToolSpec, env: ToolEnv, args: dict[str, Any] | None) -> Answer:
+        """The tool's answer, led by a notice of what others changed in the server's
+        session since this agent last saw it (:mod:`harness.agent_notice`)."""
+        answer = spec.call(env, args)
+        asked = (args or {}).get("session")
+        try:
+            sess = self.harness.session()
+        except KNOWN_ERRORS:
+            return answer  # the server has no session of its own (yet): nothing to tell
+        if asked and asked != sess.name:
+            return answer  # about another session: this one's news waits for its answer
+        store = self.harness.store
+        if spec.name in SHOWS_LIST:
+            seen_now(store, sess.id, env.actor)  # its notes, or the list itself, told it
+            return answer
+        notice = take(store, sess.id, env.actor)
+        if notice is None:
+            return answer
+        # In the text and the structured data both: Claude Code shows the model the
+        # structured data when there is some (2.1.197), other clients the text.
+        return Answer({"notice": notice.text(), **answer.data},
+                      notice.text() + "\n\n" + answer.render())
 
     # -- resources ------------------------------------------------------------------------
     async def _list_resources(self, _ctx: Any, _params: Any) -> types.ListResourcesResult:

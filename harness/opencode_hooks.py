@@ -6,7 +6,13 @@
 * ``session.compacting`` (``{sessionID}``), sent by the plugin from opencode's
   ``experimental.session.compacting`` hook before it summarises a session: the cut is an
   ``agent.context`` event in the session's history, and the list is printed, which the
-  plugin puts into the compaction's context, so the summary keeps it.
+  plugin puts into the compaction's context, so the summary keeps it. That shows the
+  whole list, so it counts as seen.
+* ``tool.after`` (``{sessionID, tool}``), sent by the plugin from opencode's
+  ``tool.execute.after`` hook once a tool has run: what others (a person, the runner)
+  changed since opencode last saw the list (:mod:`harness.agent_notice`) is printed, and
+  the plugin appends it to the tool's output, so the next request to the model carries
+  it without waiting for a compaction. Nothing new: nothing is printed.
 """
 
 from __future__ import annotations
@@ -30,6 +36,11 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         else payload
     if kind == "session.compacting":
         return compacting(harness, props, actor=actor)
+    if kind == "tool.after":
+        from harness.agent_notice import take
+
+        notice = take(harness.store, harness.session(create=True).id, actor)
+        return notice.text() if notice is not None else None
     from harness.agent import todowrite
 
     write = formats.parse(props, "opencode", "opencode todo.updated")
@@ -42,6 +53,11 @@ def compacting(harness: Harness, props: dict[str, Any], *, actor: str = ACTOR) -
     from harness.agent_context import record_cut, restore_block
 
     sid = props.get("sessionID")
+    from harness.agent_notice import seen_now
+
     record_cut(harness, {"session_id": sid if isinstance(sid, str) else ""}, "compact",
                actor=actor)
-    return restore_block(harness, RESTORE_TAIL)
+    block = restore_block(harness, RESTORE_TAIL)
+    if block is not None:
+        seen_now(harness.store, harness.session(create=True).id, actor)
+    return block

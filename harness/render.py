@@ -8,6 +8,8 @@ cursor, retitle the terminal or hide text. Newlines survive in full views and be
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,45 +71,116 @@ def aligned(rows: Sequence[Sequence[str]], caps: Sequence[int | None] = (),
     return out
 
 
-def _val(value: Any) -> str:
+# A value in a history line is cut to this many characters; `--json` keeps it whole.
+VALUE_WIDTH = 48
+# Fields whose values are words from a fixed set: shown bare, not quoted.
+_WORDS = {"status", "priority", "state", "origin", "stage", "host"}
+# Run fields a history line leaves out: shown in `harness show`'s runs and in --json.
+_RUN_HIDDEN = {"result"}
+_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
+
+
+def short(value: Any, width: int = VALUE_WIDTH) -> str:
+    """A stored value as a few words on one line: text quoted and cut, times to the
+    second, todo ids as t1, anything structured as compact JSON, cut."""
+    if value is None:
+        return "none"
     if isinstance(value, str):
-        return repr(safe_line(value, 60))
-    if isinstance(value, list):
-        return "[" + ", ".join(f"t{v}" if isinstance(v, int) else str(v) for v in value) + "]"
+        if _TS.match(value):
+            return value[:19].replace("T", " ")
+        return repr(safe_line(value, width))
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
-    return str(value)
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return "[" + ", ".join(f"t{v}" for v in value) + "]"
+    if isinstance(value, dict | list):
+        text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+        return safe_line(text, width)
+    return safe_line(str(value), width)
+
+
+def _change(name: str, old: Any, new: Any) -> str:
+    """``name: old -> new``; a field set for the first time shows only its new value."""
+    def fmt(v: Any) -> str:
+        return safe_line(str(v), VALUE_WIDTH) if name in _WORDS and v is not None else short(v)
+    if old is None or old == "" or old == []:
+        return f"{name}: {fmt(new)}"
+    return f"{name}: {fmt(old)} -> {fmt(new)}"
+
+
+def job_label(job: Any) -> str:
+    """Where a run's job runs, as people say it: ``on gpu`` or ``on cluster, slurm job
+    4242`` (the stored record holds the whole host entry)."""
+    if not isinstance(job, dict):
+        return short(job)
+    host = job.get("host")
+    name = host.get("name") if isinstance(host, dict) else host
+    label = f"on {safe_line(str(name or '?'), 40)}"
+    if job.get("job_id"):
+        scheduler = host.get("scheduler") if isinstance(host, dict) else None
+        label += f", {scheduler + ' ' if scheduler else ''}job {safe_line(str(job['job_id']), 24)}"
+    return label
+
+
+def _run_update(p: dict[str, Any], ts: str) -> str:
+    """``run r8 on local, pid 5625: queued -> running; run_dir: '/w/r8'``."""
+    changes = dict(p.get("changes", {}))
+    for name in ("started_at", "ended_at"):  # said already by the event's own time
+        old, new = changes.get(name, (None, None))
+        if old is None and isinstance(new, str) and new[:19] == ts[:19]:
+            del changes[name]
+    head = f"run r{p.get('run')}"
+    job = changes.pop("job", None)
+    if job is not None and job[1] is not None:
+        head += " " + job_label(job[1])
+    pid = changes.pop("pid", None)
+    if pid is not None and pid[1] is not None:
+        head += f", pid {pid[1]}"
+    parts = []
+    state = changes.pop("state", None)
+    if state is not None:
+        parts.append(f"{state[0]} -> {state[1]}" if state[0] else str(state[1]))
+    if job is not None and job[1] is None:
+        parts.append("job: none")
+    if pid is not None and pid[1] is None:
+        parts.append(f"pid: {pid[0]} -> none")
+    parts += [_change(name, old, new) for name, (old, new) in changes.items()
+              if name not in _RUN_HIDDEN]
+    return head + (": " + "; ".join(parts) if parts else "")
 
 
 def describe(ev: Event) -> str:
-    """A one-line account of an event: what changed, from what, to what."""
+    """A one-line account of an event: what changed, from what, to what (long values
+    cut; the whole event is in ``--json``)."""
     p = ev.payload
     k = ev.kind
     if k == "session.created":
         extra = f" (fork of session {p['parent_id']} at event {p.get('fork_n')})" \
             if p.get("parent_id") else ""
-        return f"created session {p.get('name', '')!r}{extra}"
+        pipeline = f" for pipeline {safe_line(str(p['pipeline']), 40)}" if p.get("pipeline") else ""
+        return f"created session {short(p.get('name', ''))}{pipeline}{extra}"
     if k == "todo.created":
         bits = [p.get("status", "pending"), p.get("priority", "medium")]
         if p.get("stage"):
             bits.append(f"stage {p['stage']}")
-        return f"created {_val(p.get('content', ''))} ({', '.join(bits)})"
+        if p.get("depends_on"):
+            bits.append("after " + ", ".join(f"t{d}" for d in p["depends_on"]))
+        return f"created {short(p.get('content', ''))} ({', '.join(str(b) for b in bits)})"
     if k == "todo.updated":
-        parts = []
-        for name, (old, new) in p.get("changes", {}).items():
-            parts.append(f"{name}: {_val(old)} -> {_val(new)}")
-        return "; ".join(parts)
+        # The status first: it is what a reader looks for.
+        changes = sorted(p.get("changes", {}).items(), key=lambda c: c[0] != "status")
+        return "; ".join(_change(name, old, new) for name, (old, new) in changes) or "updated"
     if k == "todo.removed":
-        return f"removed {_val(p.get('content', ''))} ({p.get('reason', '')})"
+        reason = f" ({safe_line(str(p['reason']), 40)})" if p.get("reason") else ""
+        return f"removed {short(p.get('content', ''))}{reason}"
     if k == "todo.noted":
         return f"note: {safe_line(p.get('text', ''), 80)}"
     if k == "run.queued":
-        return f"run r{p.get('run')} queued on {p.get('host')} (attempt {p.get('attempt', 1)})"
+        stage = f" for stage {safe_line(str(p['stage']), 30)}" if p.get("stage") else ""
+        return f"run r{p.get('run')}{stage} queued on {p.get('host')} " \
+               f"(attempt {p.get('attempt', 1)})"
     if k == "run.updated":
-        parts = [f"{name}: {_val(old)} -> {_val(new)}"
-                 for name, (old, new) in p.get("changes", {}).items()
-                 if name not in ("result",)]
-        return f"run r{p.get('run')} " + "; ".join(parts)
+        return _run_update(p, ev.ts)
     if k == "verification.recorded":
         verdict = "passed" if p.get("passed") else "failed"
         return f"verification v{p.get('verification')} {verdict}: " \
@@ -119,5 +192,15 @@ def describe(ev: Event) -> str:
         sid = safe_line(str(p.get("agent_session") or ""), 40)[:8]
         return f"context cut: {p.get('cut', '?')}{trigger} of {who} session {sid}".rstrip()
     if k == "artifact.recorded":
-        return f"artifact {safe_line(str(p.get('path', '')), 80)}"
+        size = f" ({_size(p['size'])})" if isinstance(p.get("size"), int) else ""
+        return f"artifact {safe_line(str(p.get('path', '')), 80)}{size}"
     return k
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"

@@ -109,7 +109,21 @@ def _change(store: Store, session_id: int, ident: str | int, actor: str, **chang
     num = parse_id(ident)
     with store.write(session_id, actor) as tx:
         diff = tx.update_todo(num, **changes)
-        return Outcome(todo=tx.todo(num), changed=diff)
+        out = Outcome(todo=tx.todo(num), changed=diff)
+    return _to_claude(store, session_id, actor, out)
+
+
+# What a Claude Code task file holds of a todo (harness/claude_task_files.py).
+_TASK_FIELDS = ("content", "status", "active_form")
+
+
+def _to_claude(store: Store, session_id: int, actor: str, out: Outcome) -> Outcome:
+    """A change to a todo that is one of Claude Code's tasks goes into its task file."""
+    if any(name in out.changed for name in _TASK_FIELDS):
+        from harness.claude_task_files import write_back_now
+
+        write_back_now(store, session_id, actor)
+    return out
 
 
 def set_status(store: Store, session_id: int, ident: str | int, status: str, *,
@@ -131,7 +145,8 @@ def unblock(store: Store, session_id: int, ident: str | int, *, actor: str = HUM
         if todo.status != "blocked":
             return Outcome(todo=todo, changed={})
         diff = tx.update_todo(num, status="pending", blocked_reason=None)
-        return Outcome(todo=tx.todo(num), changed=diff)
+        out = Outcome(todo=tx.todo(num), changed=diff)
+    return _to_claude(store, session_id, actor, out)
 
 
 def set_priority(store: Store, session_id: int, ident: str | int, level: str, *,
@@ -277,7 +292,8 @@ def update_item(store: Store, session_id: int, ident: str | int, *, status: str 
         diff = tx.update_todo(num, **changes)
         if diff and actor.startswith("agent:"):
             _patch_view(tx, actor, tx.todo(num), seen_n)
-        return Outcome(todo=tx.todo(num), changed=diff)
+        out = Outcome(todo=tx.todo(num), changed=diff)
+    return _to_claude(store, session_id, actor, out)
 
 
 def _patch_view(tx: Tx, actor: str, todo: TodoState, seen_n: int) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ActionError
+from pipeline.served_gates import SERVED_ACTION, SERVED_KEYS, not_a_gate
 
 __all__ = ["ACTION_METRICS", "ActionError", "Check", "StageResult", "declares_metric",
            "gate_metric", "gate_problem", "params_to_argv", "run_action",
@@ -67,7 +68,10 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
     "eagle3.hidden_states": ("samples", "tokens", "shards", "resumed_shards", "aux_layers",
                              "tokens_per_s", "extract_seconds", "offline_bytes", "written_gb",
                              "write_gb_s", "write_stall_seconds", "write_stall_share",
-                             "produced_gb_s"),
+                             "produced_gb_s",
+                             # --backend vllm
+                             "engine_seconds", "engine_start_seconds", "engine_layer_ids",
+                             "stored_weight_bytes", "tensor_parallel_size"),
     "eagle3.vocab": ("draft_vocab", "requested", "target_vocab", "seen_tokens",
                      "filled_unseen", "coverage", "masked_tokens"),
     "eagle3.train": ("heldout_acc_pos*", "est_acceptance_length", "epochs_done",
@@ -84,7 +88,7 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
         "acceptance_rate", "acceptance_per_position", "position_acceptance",
         "conditional_acceptance", "drafts", "draft_tokens", "accepted_tokens",
         "generated_tokens", "teacher_forced_acceptance", "teacher_forced_tau",
-        "projected_speedup", "measured_speedup", "plain_step_ms", "verify_step_ms",
+        "projected_speedup", "reference_speedup_bound", "plain_step_ms", "verify_step_ms",
         "draft_step_ms", "draft_ms_per_round", "plain_ms_per_token", "spec_ms_per_token",
         "untrained_*", "previous_*"),
     "eagle3.preflight": ("weights_per_gpu_gib", "need_per_gpu_gib", "budget_per_gpu_gib",
@@ -95,7 +99,12 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
                          "baseline_ttft_p50_ms_c*", "speedup_c*", "speedup_min", "speedup",
                          "acceptance_rate", "acceptance_length", "acceptance_per_position",
                          "num_drafts", "num_draft_tokens", "num_accepted_tokens",
-                         "requests_failed", "requests_completed"),
+                         "requests_failed", "requests_completed",
+                         # per concurrency: served τ from that level's /metrics deltas, and
+                         # the share of answers equal to plain greedy decoding's
+                         "acceptance_length_c*", "acceptance_rate_c*",
+                         "acceptance_per_position_c*", "num_drafts_c*", "outputs_equal_c*",
+                         "outputs_equal", "outputs_compared"),
 }
 
 
@@ -125,9 +134,16 @@ def _matches(pattern: str, name: str) -> bool:
 def gate_problem(action: str, key: str) -> str | None:
     """Why gate ``key`` cannot hold on ``action``'s metrics (None: it can), with the
     nearest declared name."""
+    if key in SERVED_KEYS:
+        return None if action == SERVED_ACTION else (
+            f"{key} holds a served benchmark's figures: put it on the {SERVED_ACTION} "
+            "stage that measures the engine")
+    metric, _op = gate_metric(key)
+    refused = not_a_gate(metric)
+    if refused:
+        return refused
     if action not in ACTION_METRICS:
         return None
-    metric, _op = gate_metric(key)
     if declares_metric(action, metric):
         return None
     declared = ACTION_METRICS[action]

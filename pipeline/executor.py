@@ -11,8 +11,8 @@ either of the other two), in the way invoke's ``Context`` and fabric's ``Connect
         while (status := ex.poll(handle)).state == "running":
             chunk, offset = ex.tail(handle, offset)
 
-Transports provide only :meth:`Executor._shell`, :meth:`Executor._read`, ``put``, ``get``,
-``close`` and ``home``; everything about detached jobs lives here and in
+Transports provide only :meth:`Executor._shell`, :meth:`Executor._shell_input`,
+:meth:`Executor._read`, ``put``, ``get``, ``close`` and ``home``; everything about detached jobs lives here and in
 :mod:`pipeline.jobscripts`, so both hosts behave the same. A scheduler's executor keeps the
 transport of its login node and replaces the job methods (``start_detached``, ``attach``,
 ``poll``, ``cancel``). Which class runs a host is named in :mod:`pipeline.registry`.
@@ -137,14 +137,23 @@ class Executor(ABC):
     def _shell(self, script: str, timeout: float | None) -> tuple[int, str, str]:
         """Run POSIX shell text on the host; return (exit code, stdout, stderr)."""
 
+    @abstractmethod
+    def _shell_input(self, script: str, data: bytes,
+                     timeout: float | None) -> tuple[int, str, str]:
+        """Run POSIX shell text on the host with ``data`` as its standard input (then end
+        of file); return (exit code, stdout, stderr)."""
+
     def _shell_env(self, script: str, env: Mapping[str, str],
                    timeout: float | None) -> tuple[int, str, str]:
-        """Run ``script`` with ``env`` in its environment. This default writes the values
-        as ``export`` lines at the top of the script, i.e. into the shell's command line;
-        a transport that can hand the shell an environment of its own (this machine)
-        overrides it, so secrets never reach any process's argv."""
-        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-        return self._shell(exports + script, timeout)
+        """Run ``script`` with ``env`` in its environment. This default sends the values
+        as ``export`` lines on the shell's standard input, which the shell evaluates before
+        the script: never in its command line, which any user of the host can read (``ps``,
+        ``/proc/PID/cmdline``). A transport that can hand the shell an environment of its
+        own (this machine) overrides it."""
+        if not env:
+            return self._shell(script, timeout)
+        sent = jobscripts.stdin_env(env)
+        return self._shell_input(sent.prelude + script, sent.data, timeout)
 
     @abstractmethod
     def _read(self, path: str, offset: int, limit: int) -> bytes:

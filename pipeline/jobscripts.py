@@ -6,6 +6,9 @@ directory::
 
     <workdir>/.harness/runs/<run_id>/
         started     created exclusively (noclobber) by the one launch that wins
+        env         only for a batch job, between submission and its start: the job's
+                    environment, mode 0600, read and removed by job.sh before the command
+                    runs (:mod:`pipeline.slurm`)
         cmd         the command, redacted, for people
         job.sh      the wrapper below
         pid         the wrapper's pid = the job's process group and session id
@@ -14,17 +17,79 @@ directory::
         exit_code   written through a temporary file and mv, so it is never half there
         cancelled   written by cancel() before it signals the group
 
-Every value that reaches these scripts goes through :func:`shlex.quote`. Standard library
-only.
+Every value that reaches these scripts goes through :func:`shlex.quote`. No environment
+value ever does: values travel on a shell's standard input or in
+its process environment (:class:`StdinEnv`), never in a command line, which any user of the host can read in
+``ps`` and ``/proc/PID/cmdline``. Standard library only.
 """
 
 from __future__ import annotations
 
+import secrets
 import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-__all__ = ["cancel_script", "job_wrapper", "launch_script", "poll_script"]
+__all__ = ["ENV_FILE", "StdinEnv", "cancel_script", "export_lines", "job_wrapper",
+           "launch_script", "poll_script", "stdin_env", "write_env_file"]
 
 q = shlex.quote
+
+#: A batch job's environment in its run directory until job.sh has read it.
+ENV_FILE = "env"
+
+
+@dataclass(frozen=True)
+class StdinEnv:
+    """An environment to send on a shell's standard input: ``data``, the ``export`` lines
+    and a random end line (a comment); ``reader``, the shell command that prints them back,
+    end line included, for the shell to evaluate or to store; ``end``, that line, by which
+    a script knows the lines arrived whole. The reader stops at the end line rather than
+    at end of file: over SSH a channel's end of file can follow its data by tens of
+    milliseconds (Nagle's algorithm against the server's delayed ACK), on every command."""
+
+    reader: str
+    data: bytes
+    end: str
+
+    @property
+    def prelude(self) -> str:
+        """The first lines of a script that takes its environment from its standard
+        input. The shell evaluates the lines itself (``sed`` hands them over a pipe), so
+        the values are in no argv and in no file; lines cut short run nothing."""
+        return (f"_harness_env=$({self.reader})\n"
+                f'case $_harness_env in *{q(self.end)}) eval "$_harness_env" ;;\n'
+                "  *) echo 'harness: the environment arrived cut short' >&2; exit 1 ;;\n"
+                "esac\n"
+                "unset _harness_env\n")
+
+
+def stdin_env(env: Mapping[str, str]) -> StdinEnv:
+    """``env`` as :class:`StdinEnv`; names are checked by the executor
+    (:func:`pipeline.executor.check_env`)."""
+    lines = export_lines(env)
+    end = f"# harness-env-end-{secrets.token_hex(8)}"
+    while end in lines:  # a value holding the random end line: practically never
+        end = f"# harness-env-end-{secrets.token_hex(8)}"
+    return StdinEnv(reader=f"sed {q(f'/^{end}$/q')}", data=f"{lines}{end}\n".encode(),
+                    end=end)
+
+
+def export_lines(env: Mapping[str, str]) -> str:
+    """``export NAME='value'`` lines for a shell to evaluate or source."""
+    return "".join(f"export {k}={q(v)}\n" for k, v in env.items())
+
+
+def write_env_file(sent: StdinEnv) -> str:
+    """A shell line that stores what ``sent``'s reader prints as :data:`ENV_FILE`, created
+    mode 0600 (the umask is set before the file exists, so it is never readable by others,
+    not even for a moment), and only when it arrived whole."""
+    tmp = f"{ENV_FILE}.tmp"
+    return (f"rm -f {tmp} && ( umask 077 && {sent.reader} > {tmp} ) && "
+            f"[ \"$(tail -n 1 {tmp})\" = {q(sent.end)} ] && mv -f {tmp} {ENV_FILE} "
+            f"|| {{ rm -f {tmp}; echo 'harness: the environment arrived cut short' >&2; "
+            "exit 1; }\n")
+
 
 # Shell functions shared by poll and cancel. A zombie counts as dead: on containers whose
 # pid 1 does not reap, a killed wrapper stays a zombie forever and `kill -0` would call it
@@ -74,10 +139,13 @@ def job_wrapper(argv: list[str], cwd: str) -> str:
 
     The wrapper traps TERM so that when cancel() signals the whole group it outlives the
     command long enough to record 143; the subshell resets the trap, so the command itself
-    gets the default TERM behaviour.
+    gets the default TERM behaviour. A batch job's environment is in :data:`ENV_FILE`:
+    the wrapper sources it and removes it before anything else, so the values are on disk
+    only while the job waits in the queue.
     """
     return "\n".join([
         "# Detached job wrapper written by the harness (pipeline/jobscripts.py).",
+        f"if [ -f {ENV_FILE} ]; then . ./{ENV_FILE}; rm -f {ENV_FILE}; fi",
         "if read -r st 2>/dev/null < /proc/$$/stat; then",
         "  r=${st##*) }",
         "  set -- $r",
@@ -97,8 +165,9 @@ def launch_script(run_dir: str, wrapper: str, description: str,
     """Start the job unless this run dir already has one; print ``launched|attached PID``.
 
     The job inherits the launching shell's environment, which the executor sets
-    (:meth:`pipeline.executor.Executor._shell_env`): values reach the job without being
-    written to any file on the host, and on this machine without being in any argv.
+    (:meth:`pipeline.executor.Executor._shell_env`: over SSH the values arrive on the
+    shell's standard input, on this machine in its environment): they reach the job without
+    being in any argv or written to any file on the host.
     """
     tries = max(1, int(wait_s / 0.05))
     return (

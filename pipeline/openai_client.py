@@ -12,7 +12,10 @@ One :class:`StreamTiming` per request records what a serving benchmark needs:
   speculative decoding one chunk often carries several tokens, so the fallback undercounts;
   ``usage_reported`` says which one was used.
 - ``tpot``: ``(latency - ttft) / (output_tokens - 1)``, the mean time per output token after
-  the first, as vLLM's own benchmark defines it.
+  the first, as vLLM's own benchmark defines it;
+- ``output``: the generated text (reasoning first, then content) and ``token_ids``, the
+  generated token ids when the server sends them (vLLM does for ``return_token_ids: true``),
+  so that two servers' answers to the same greedy request can be compared.
 
 Errors never raise out of :func:`stream_request`: a refused connection, an HTTP error or a
 broken stream is a failed :class:`StreamTiming` with the reason, so one bad request cannot
@@ -114,6 +117,8 @@ class StreamTiming:
     text_chars: int = 0
     reasoning_chars: int = 0
     finish_reason: str | None = None
+    output: str = ""
+    token_ids: list[int] | None = None
 
     @property
     def tpot(self) -> float | None:
@@ -144,6 +149,8 @@ def stream_request(base_url: str, path: str, body: Mapping[str, Any], *,
     payload.setdefault("stream_options", {"include_usage": True})
     data = json.dumps(payload).encode()
     timing = StreamTiming()
+    reasoning_parts: list[str] = []
+    content_parts: list[str] = []
     try:
         conn, base_path = _connection(base_url.rstrip("/") + path, timeout)
     except ValueError as exc:
@@ -192,9 +199,18 @@ def stream_request(base_url: str, path: str, body: Mapping[str, Any], *,
                     timing.chunks += 1
                     timing.text_chars += len(content)
                     timing.reasoning_chars += len(reasoning)
+                    content_parts.append(content)
+                    reasoning_parts.append(reasoning)
+                ids = choice.get("token_ids")
+                if isinstance(ids, list):
+                    if timing.token_ids is None:
+                        timing.token_ids = []
+                    timing.token_ids.extend(x for x in ids if isinstance(x, int)
+                                            and not isinstance(x, bool))
                 if choice.get("finish_reason"):
                     timing.finish_reason = choice["finish_reason"]
         timing.latency = clock() - timing.started
+        timing.output = "".join(reasoning_parts) + "".join(content_parts)
         if not done:
             timing.error = "stream ended without [DONE]"
             return timing

@@ -8,6 +8,9 @@ is the one detached jobs use (:mod:`pipeline.jobscripts`)::
     <workdir>/.harness/runs/<run_id>/
         started       created exclusively by the one submission that wins
         cmd, job.sh   as for detached jobs: the job runs the same wrapper
+        env           the job's environment, mode 0600, from submission until job.sh has
+                      read and removed it as the job starts (so it is never in sbatch's
+                      environment, which slurmctld stores with the job)
         batch.sh      the batch script: runs job.sh, exits with the command's exit code
         job_id        Slurm's job id, written by the submitting shell as sbatch returns
         submit_error  what sbatch said, when it refused the job
@@ -36,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pipeline import jobscripts
 from pipeline.errors import JobError
 from pipeline.executor import Executor, JobHandle, JobState, JobStatus, executor_for
 from pipeline.slurm_watch import SlurmJob, SlurmWatcher
@@ -131,10 +135,15 @@ class SlurmExecutor(Executor):
         #: The login node: this machine or an SSH host, whatever ``host:`` says.
         self.login = executor_for(host, hosts, notify=notify, transport=True, **kwargs)
         self.watcher = SlurmWatcher(self.login, interval=host.scheduler_poll)
+        self._ended: set[str] = set()   # run dirs whose finished job's env file is gone
 
     # --- the transport is the login node's ------------------------------------------------
     def _shell(self, script: str, timeout: float | None) -> tuple[int, str, str]:
         return self.login._shell(script, timeout)
+
+    def _shell_input(self, script: str, data: bytes,
+                     timeout: float | None) -> tuple[int, str, str]:
+        return self.login._shell_input(script, data, timeout)
 
     def _shell_env(self, script: str, env: Mapping[str, str],
                    timeout: float | None) -> tuple[int, str, str]:
@@ -170,11 +179,13 @@ class SlurmExecutor(Executor):
         has a submission is re-attached to, by its job id (or its name)."""
         job = self._job_inputs(run_id, argv, env, cwd)
         run_dir, description = job.run_dir, job.description
+        # The job's environment goes on the submitting shell's stdin into a 0600 file that
+        # job.sh reads and removes: in the shell's environment, sbatch's --export=ALL would
+        # hand it to slurmctld, which keeps it in its state files for the job's lifetime.
+        sent = jobscripts.stdin_env(job.env)
         script = _submit_script(run_dir, job.wrapper, description,
-                                sbatch_flags(self.host, run_id, run_dir))
-        # The environment is the submitting shell's (never a file; on this machine never an
-        # argv), and sbatch's default --export=ALL hands it to the job.
-        code, out, err = self.with_reconnect(lambda: self._shell_env(script, job.env, 120))
+                                sbatch_flags(self.host, run_id, run_dir), sent)
+        code, out, err = self.with_reconnect(lambda: self._shell_input(script, sent.data, 120))
         words = out.split()
         if code != 0 or not words or words[0] not in ("submitted", "attached", "refused"):
             raise JobError(f"could not submit job {run_id!r}: exit {code}: "
@@ -226,7 +237,16 @@ class SlurmExecutor(Executor):
         status = job_status(job, job_id, wrapper)
         if status.reason and not status.finished:  # why it waits, once per reason
             self.note(f"slurm job {job_id} is {status.reason}")
+        if status.finished and handle.run_dir not in self._ended:
+            # a job that ended before it ran (cancelled while pending, a failed node) never
+            # read its environment file: the secrets in it must not outlive the job
+            self._drop_env_file(handle.run_dir)
+            self._ended.add(handle.run_dir)
         return status
+
+    def _drop_env_file(self, run_dir: str) -> None:
+        self.with_reconnect(lambda: self.run(["rm", "-f", jobscripts.ENV_FILE], cwd=run_dir,
+                                             warn=True))
 
     def cancel(self, handle: JobHandle, *, grace: float = 10.0) -> JobStatus:
         """``scancel`` the job and return its status at once. Slurm itself sends TERM to
@@ -275,9 +295,10 @@ class SlurmExecutor(Executor):
 
 
 def _submit_script(run_dir: str, wrapper: str, description: str, flags: list[str],
-                   wait_s: float = 10.0) -> str:
+                   env: jobscripts.StdinEnv, wait_s: float = 10.0) -> str:
     """Submit unless the run dir has a submission; print ``submitted|attached ID`` (``-``
-    when another submitter has not written the id yet), or ``refused``."""
+    when another submitter has not written the id yet), or ``refused``. The job's
+    environment arrives on its standard input as ``env`` says."""
     tries = max(1, int(wait_s / 0.05))
     return (
         f"mkdir -p {q(run_dir)} && cd {q(run_dir)} || exit 1\n"
@@ -287,12 +308,14 @@ def _submit_script(run_dir: str, wrapper: str, description: str, flags: list[str
         f"  printf '%s\\n' {q(description)} > cmd\n"
         f"  printf '%s' {q(wrapper)} > job.sh\n"
         f"  printf '%s' {q(_BATCH)} > batch.sh\n"
+        f"  {jobscripts.write_env_file(env)}"
         f"  out=$(sbatch {shlex.join(flags)} batch.sh 2>sbatch.err); rc=$?\n"
         '  if [ $rc -eq 0 ] && [ -n "$out" ]; then\n'
         '    printf "%s\\n" "${out%%;*}" > job_id.tmp && mv -f job_id.tmp job_id\n'
         '    echo "submitted $(cat job_id)"\n'
         "  else\n"
         '    { echo "sbatch exited $rc: $out"; cat sbatch.err; } > submit_error\n'
+        f"    rm -f {jobscripts.ENV_FILE}\n"
         "    echo refused\n"
         "  fi\n"
         "  exit 0\n"

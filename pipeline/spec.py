@@ -28,6 +28,16 @@ from pydantic import ValidationError
 from pipeline.actions import BUILTIN_ACTIONS, gate_problem
 from pipeline.errors import SpecError
 from pipeline.host_checks import check_host
+from pipeline.served_gates import (
+    SERVED_KEYS,
+    SERVED_SPEEDUP,
+    TAU_GAP,
+    GateFormError,
+    offline_pair,
+    served_levels,
+    tau_gap_form,
+    unmeasured_level,
+)
 from pipeline.spec_errors import from_validation, suggest
 from pipeline.spec_models import (
     LOCAL,
@@ -202,16 +212,40 @@ def _check(p: Pipeline, source: str) -> None:
     if cycle:
         i = first_at[cycle[0]]
         fail(f"stages[{i}] ({cycle[0]}).needs", f"needs form a cycle: {' -> '.join(cycle)}")
+    _check_offline(p, first_at, fail)
 
 
 def _check_gate(stage: Stage, at: str, fail: Any) -> None:
-    """Each gate key names a metric the stage's action reports (``ACTION_METRICS``)."""
+    """Each gate key names a metric the stage's action reports (``ACTION_METRICS``), or
+    is a key on served numbers (:mod:`pipeline.served_gates`) in its own form."""
     if stage.gate and stage.action is None:
         fail(f"{at}.gate", "a gate needs an `action`: a `run:` command reports no metrics")
-    for key in stage.gate:
+    for key, value in stage.gate.items():
+        where = f"{at}.gate.{key}"
         problem = gate_problem(stage.action or "", key)
         if problem:
-            fail(f"{at}.gate.{key}", problem)
+            fail(where, problem)
+        if key in SERVED_KEYS:
+            try:
+                served_levels(value) if key == SERVED_SPEEDUP else tau_gap_form(value)
+            except GateFormError as exc:
+                fail(where + (f"[{exc.index}]" if exc.index is not None else ""), str(exc))
+            unmeasured = unmeasured_level(stage) if key == SERVED_SPEEDUP else None
+            if unmeasured:
+                fail(where, unmeasured)
+        elif isinstance(value, dict) or (isinstance(value, list) and
+                                         any(isinstance(v, dict) for v in value)):
+            fail(where, f"expected a number or a list of numbers, got {value!r}")
+
+
+def _check_offline(p: Pipeline, first_at: Mapping[str, int], fail: Any) -> None:
+    """A benchmark's ``max_served_tau_gap`` can find the verify stage it compares with."""
+    for stage in p.stages:
+        if TAU_GAP in stage.gate:
+            pair = offline_pair(p.stages, stage)
+            if pair.problem:
+                fail(f"stages[{first_at[stage.name]}] ({stage.name}).gate.{TAU_GAP}",
+                     pair.problem)
 
 
 def _check_env(env: Mapping[str, str], at: str, fail: Any) -> None:

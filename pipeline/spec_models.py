@@ -73,9 +73,14 @@ def _number(value: object) -> float:
     return float(value)
 
 
-def _threshold(value: object) -> float | list[float]:
+def _threshold(value: object) -> float | list[float] | dict[str, Any] | list[dict[str, Any]]:
     """A gate threshold: a number, or a list of numbers (one per position, e.g.
-    ``min_position_acceptance: [0.6, 0.4, 0.2]``)."""
+    ``min_position_acceptance: [0.6, 0.4, 0.2]``); the keys on served numbers take a
+    mapping or a list of them (``min_served_speedup: {at: 1, min: 1.3}``), which
+    :func:`pipeline.spec._check_gate` validates with the key in hand."""
+    if isinstance(value, dict) or (isinstance(value, list) and value
+                                   and all(isinstance(v, dict) for v in value)):
+        return value  # type: ignore[return-value]
     if isinstance(value, list):
         if not value:
             raise ValueError("expected a number or a non-empty list of numbers")
@@ -91,7 +96,8 @@ PriorityName = Annotated[Literal["high", "medium", "low"], BeforeValidator(_prio
 StrList = Annotated[list[StrictStr], BeforeValidator(_as_list)]
 EnvMap = Annotated[dict[str, StrictStr], BeforeValidator(_env_values)]
 Number = Annotated[float, BeforeValidator(_number)]
-Threshold = Annotated[float | list[float], BeforeValidator(_threshold)]
+Threshold = Annotated[float | list[float] | dict[str, Any] | list[dict[str, Any]],
+                      BeforeValidator(_threshold)]
 
 
 class _Model(BaseModel):
@@ -233,11 +239,21 @@ class Stage(_Model):
         return {**host.env, **self.env, **(extra or {})}
 
 
+class PlanSpec(_Model):
+    """A campaign planned on paper (``harness check``): the verifier as it ships (its
+    ``config.json``, no weights) and the GPUs it would run on."""
+
+    verifier_config: StrictStr          # relative to the spec file
+    gpus: StrictInt = Field(8, ge=1)
+    gpu_memory: list[StrictStr | StrictInt] = Field(default_factory=lambda: ["141GB"])
+
+
 class Pipeline(_Model):
     pipeline: StrictStr
     hosts: dict[str, HostSpec] = Field(default_factory=dict)
     defaults: Defaults = Field(default_factory=Defaults)
     stages: list[Stage] = Field(min_length=1)
+    plan: PlanSpec | None = None
 
     _path: Path | None = PrivateAttr(default=None)
 

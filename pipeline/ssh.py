@@ -6,8 +6,11 @@ entry or ``ProxyJump`` hops, host keys on every hop) is :mod:`pipeline.ssh_confi
 channels instead (:mod:`pipeline.transfer`, sha256 checked on both ends), and the run's
 output says so once. The home directory is always found over an exec channel.
 
-fabric never sees an ``env=``: it would paste values into the command unquoted. The
-environment travels as quoted ``export`` lines built by :class:`pipeline.executor.Executor`.
+fabric never sees an ``env=``: it would paste values into the command unquoted, and a
+command line is readable by every user of the host (``ps``). The environment travels as
+quoted ``export`` lines on the channel's standard input (:meth:`SSHExecutor._shell_input`),
+which the remote shell evaluates before its script; so a job's secrets are in no argv on
+the host, and in no file.
 """
 
 from __future__ import annotations
@@ -170,6 +173,26 @@ class SSHExecutor(Executor):
             raise self._lost(EOFError("channel closed without an exit status"))
         return r.exited, r.stdout, r.stderr
 
+    def _shell_input(self, script: str, data: bytes,
+                     timeout: float | None) -> tuple[int, str, str]:
+        """A raw exec channel, not fabric's ``in_stream``: that sends one byte per loop."""
+        conn = self._connection()
+        try:
+            r = transfer.exec_with_input(conn.client.get_transport(), script, data,
+                                         timeout=math.ceil(timeout) if timeout else None)
+        except transfer.ExecTimeout as exc:
+            raise CommandTimeout(f"no answer from {self.host.label} in {timeout:g}s",
+                                 where=self.host.name,
+                                 result=Result("(harness script)", -1, _text(exc.output.stdout),
+                                               _text(exc.output.stderr))) from None
+        except _DROPS as exc:
+            if _still_up(conn):
+                raise ExecutorError(f"ssh command failed: {exc}", where=self.host.name) from None
+            raise self._lost(exc) from None
+        if r.code == -1 and not _still_up(conn):
+            raise self._lost(EOFError("channel closed without an exit status"))
+        return r.code, _text(r.stdout), _text(r.stderr)
+
     def _sftp(self, conn: Connection) -> paramiko.SFTPClient | None:
         """The connection's SFTP client, or None on a host that refuses SFTP."""
         if self.has_sftp is False:
@@ -256,6 +279,10 @@ class SSHExecutor(Executor):
                 raise ExecutorError(f"cannot get {source}: {exc}", where=self.host.name) from None
             raise self._lost(exc) from None
         return Path(local)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
 
 
 def _close(conn: Connection) -> None:

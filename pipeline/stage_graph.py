@@ -7,7 +7,7 @@ from typing import Protocol, TypeVar
 
 from pipeline.errors import SpecError
 
-__all__ = ["Node", "find_cycle", "topological_order"]
+__all__ = ["Node", "find_cycle", "topological_order", "upstream"]
 
 
 class Node(Protocol):
@@ -65,3 +65,17 @@ def topological_order(stages: Sequence[Stage]) -> list[Stage]:
         for deps in waiting.values():
             deps.discard(first.name)
     return done
+
+
+def upstream(stages: Sequence[Stage], name: str) -> list[Stage]:
+    """Every stage ``name`` needs, directly or through others, in file order."""
+    by_name = {s.name: s for s in stages}
+    seen: set[str] = set()
+    todo = list(by_name[name].needs) if name in by_name else []
+    while todo:
+        dep = todo.pop()
+        if dep in seen or dep not in by_name:
+            continue
+        seen.add(dep)
+        todo += by_name[dep].needs
+    return [s for s in stages if s.name in seen]

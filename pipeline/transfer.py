@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import select
 import shlex
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 import paramiko
 
-__all__ = ["MISSING", "ExecOutput", "TransferError", "exec_bytes", "get_file", "put_file",
-           "read_range"]
+__all__ = ["MISSING", "ExecOutput", "ExecTimeout", "TransferError", "exec_bytes",
+           "exec_with_input", "get_file", "put_file", "read_range"]
 
 CHUNK = 1 << 18
 #: Exit code the read scripts use for "no such file".
@@ -76,6 +78,48 @@ def exec_bytes(transport: paramiko.Transport, command: str, *, source: BinaryIO 
         while data := chan.recv_stderr(CHUNK):
             err += data
         return ExecOutput(chan.recv_exit_status(), bytes(out), bytes(err))
+    finally:
+        chan.close()
+
+
+class ExecTimeout(Exception):
+    """The command outlived its time limit; ``output`` holds what it had written."""
+
+    def __init__(self, output: ExecOutput):
+        super().__init__("timed out")
+        self.output = output
+
+
+def exec_with_input(transport: paramiko.Transport, command: str, data: bytes,
+                    timeout: float | None = None) -> ExecOutput:
+    """Run ``command`` on a fresh channel with ``data`` as its stdin (then EOF), reading
+    stdout and stderr as they come: the channel's window is shared, so a command that
+    writes much to one while the other is read to its end would stall. Raises
+    :class:`ExecTimeout` (the channel closed) after ``timeout`` seconds.
+
+    This is how a shell gets values that must not be in its command line (the job's
+    environment, :class:`pipeline.jobscripts.StdinEnv`): the command is visible in the
+    host's process list, the channel's data is not.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    chan = transport.open_session()
+    try:
+        chan.exec_command(command)
+        chan.sendall(data)
+        chan.shutdown_write()
+        out, err = bytearray(), bytearray()
+        while True:
+            # the channel's fileno is readable on data, end of file and close alike
+            select.select([chan], [], [], 0.05)
+            while chan.recv_ready():
+                out += chan.recv(CHUNK)
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(CHUNK)
+            if (chan.eof_received or chan.closed) and chan.exit_status_ready() \
+                    and not chan.recv_ready() and not chan.recv_stderr_ready():
+                return ExecOutput(chan.recv_exit_status(), bytes(out), bytes(err))
+            if deadline is not None and time.monotonic() > deadline:
+                raise ExecTimeout(ExecOutput(-1, bytes(out), bytes(err)))
     finally:
         chan.close()
 

@@ -6,6 +6,8 @@ it died.
 - :func:`port_in_use` / :func:`port_owner` say whether something already listens on a
   port, and which process: a health check that passes against *another* server on that
   port would be worse than a failure.
+- :func:`startup_phases` reads what vLLM's log says its start cost: model load,
+  torch.compile, CUDA-graph capture, the engine's whole init.
 - :func:`error_line` picks the server's own reason out of its log: vLLM prints the real
   cause (e.g. ``Eagle3 is only supported for [...] models. Got ...model_type='kimi_k2'``)
   and then a generic ``Engine core initialization failed. See root cause above.``, so the
@@ -26,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["command_arg", "error_line", "json_value", "port_in_use", "port_owner", "serve_argv"]
+__all__ = ["command_arg", "error_line", "json_value", "port_in_use", "port_owner", "serve_argv",
+           "startup_phases"]
 
 
 def command_arg(text: str) -> list[str]:
@@ -174,3 +177,25 @@ def error_line(lines: Sequence[str]) -> str | None:
         if raw.strip():
             return raw.strip()[:400]
     return None
+
+
+# vLLM 0.2x's own start-up lines (the engine core's log; several per server when it
+# starts a drafter too: they add up).
+_PHASES = (
+    ("model_load_s", re.compile(r"Model loading took [\d.]+ ?GiB and ([\d.]+) s")),
+    ("torch_compile_s", re.compile(r"torch\.compile took ([\d.]+) s in total")),
+    ("cuda_graphs_s", re.compile(r"Graph capturing finished in ([\d.]+) sec")),
+    ("engine_init_s", re.compile(r"init engine \(profile, create kv cache, warmup model\) "
+                                 r"took ([\d.]+) s")),
+)
+
+
+def startup_phases(lines: Sequence[str]) -> dict[str, float]:
+    """Seconds per start-up phase that the server's log names (absent: not logged)."""
+    out: dict[str, float] = {}
+    for raw in lines:
+        for name, pattern in _PHASES:
+            m = pattern.search(raw)
+            if m:
+                out[name] = round(out.get(name, 0.0) + float(m.group(1)), 3)
+    return out

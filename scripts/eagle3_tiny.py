@@ -142,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         if "tau" in m:
             print(f"verify: acceptance length {m['tau']} (teacher-forced "
                   f"{m['teacher_forced_tau']}, untrained {m.get('untrained_acceptance_length')})"
-                  f" at k={m['k']}, per position {m['acceptance_per_position']}, projected "
-                  f"speedup {m['projected_speedup']}x (measured {m['measured_speedup']}x)")
+                  f" at k={m['k']}, per position {m['acceptance_per_position']}; reference "
+                  f"loop (an upper bound, not served): {m['reference_speedup_bound']}x, "
+                  f"projected {m['projected_speedup']}x")
     drafter = workdir / "drafter"
     if (drafter / "config.json").exists():
         print(f"drafter: {drafter}")

@@ -10,8 +10,10 @@ transaction that later tries to write). A store whose file (or directory) we may
 write is opened read-only (``mode=ro``, else ``immutable=1`` when not even the WAL index
 can be created), and a write on it says why it cannot.
 
-PostgreSQL goes through the SQLAlchemy engine (:mod:`state.engine`, imported only then):
-writers serialise on a transaction-level advisory lock (:func:`state.dialect.write_lock_sql`).
+PostgreSQL (a plain ``postgresql://`` URL) is opened with psycopg directly, set up as the
+SQLAlchemy engine would set it up (:mod:`state.pg`), for the same reason; another server
+URL goes through the engine (:mod:`state.engine`, imported only then). Writers serialise
+on a transaction-level advisory lock (:func:`state.dialect.write_lock_sql`).
 
 :class:`Connections` holds one kept writer connection (checking one out and back costs
 about as much as a write's SQL), a small pool of reader connections, the write lock with
@@ -44,7 +46,7 @@ from state.dialect import (
     write_lock_sql,
 )
 from state.errors import ReadOnlyStore, StoreError, StoreUnavailable
-from state.interrupts import InterruptGate
+from state.interrupts import InterruptGate, keep_closed
 from state.location import display_url, is_sqlite, normalize_url, public_url, sqlite_path
 
 _POOL_IDLE = 4  # reader connections kept open per store
@@ -133,16 +135,17 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
 
 
 class _Pooled:
-    """A SQLite connection lent out by :class:`Connections`, with the few methods of
-    SQLAlchemy's pooled connection that the store uses (so both backends read alike)."""
+    """A SQLite or psycopg connection lent out by :class:`Connections`, with the few
+    methods of SQLAlchemy's pooled connection that the store uses (so every backend reads
+    alike)."""
 
     __slots__ = ("_owner", "dbapi_connection")
 
-    def __init__(self, owner: Connections, conn: sqlite3.Connection):
+    def __init__(self, owner: Connections, conn: Any):
         self._owner = owner
-        self.dbapi_connection: sqlite3.Connection | None = conn
+        self.dbapi_connection: Any = conn
 
-    def cursor(self) -> sqlite3.Cursor:
+    def cursor(self) -> Any:
         assert self.dbapi_connection is not None
         return self.dbapi_connection.cursor()
 
@@ -164,7 +167,7 @@ class _Pooled:
         """Close it for good: its state is unknown (a transaction may be open)."""
         conn, self.dbapi_connection = self.dbapi_connection, None
         if conn is not None:
-            with suppress(sqlite3.Error):
+            with suppress(Exception):
                 conn.close()
 
 
@@ -180,6 +183,11 @@ class Connections:
         self.sqlite = is_sqlite(self.url)
         self.read_only: str | None = None  # why, when the store cannot be written
         self._immutable = False
+        self._pg: Any = None  # a plain PostgreSQL URL's parts: psycopg without the engine
+        if not self.sqlite:
+            from state import pg
+
+            self._pg = pg.parse(self.url)
         if self.sqlite:
             self.dialect = "sqlite"
             if self.path is not None:
@@ -187,9 +195,11 @@ class Connections:
                     raise StoreUnavailable("is a directory, not a database file",
                                            where=str(self.path))
                 self.read_only = read_only_reason(self.path)
+        elif self._pg is not None:
+            self.dialect = "postgresql"
         else:
             self.dialect = self.engine.dialect.name
-        self._idle: list[sqlite3.Connection] = []
+        self._idle: list[Any] = []
         self._pool_lock = threading.Lock()
         self._closed = False
         self._writer_conn: Any = None
@@ -209,6 +219,10 @@ class Connections:
         """(Error, OperationalError) of the driver."""
         if self.sqlite:
             return sqlite3.Error, sqlite3.OperationalError
+        if self._pg is not None:
+            import psycopg
+
+            return psycopg.Error, psycopg.OperationalError
         dbapi = self.engine.dialect.dbapi
         return dbapi.Error, dbapi.OperationalError
 
@@ -229,21 +243,51 @@ class Connections:
                 self._immutable = True
         return connect_sqlite(self.path, read_only=True, immutable=True)
 
-    def _checkin(self, conn: sqlite3.Connection) -> None:
+    def _new_pg(self) -> Any:
+        from state import pg
+
+        with self.errors():
+            return pg.connect(self._pg, lock_timeout_ms=busy_timeout_ms())
+
+    def _checkin(self, conn: Any) -> None:
+        if self._pg is not None:
+            from state import pg
+
+            # A reader's SELECT opened a transaction (psycopg is not in autocommit): end it,
+            # as the engine's pool does on return.
+            with suppress(Exception):
+                if not pg.idle(conn):
+                    conn.rollback()
+            fit = pg.idle(conn)
+        else:
+            fit = not conn.in_transaction
         with self._pool_lock:
-            if not self._closed and len(self._idle) < _POOL_IDLE and not conn.in_transaction:
+            if not self._closed and len(self._idle) < _POOL_IDLE and fit:
                 self._idle.append(conn)
                 return
-        with suppress(sqlite3.Error):
+        with suppress(Exception):
             conn.close()
+
+    def _checkout(self) -> Any:
+        with self._pool_lock:
+            conn = self._idle.pop() if self._idle else None
+        if self._pg is None:
+            return conn if conn is not None else self._new_sqlite()
+        from state import pg
+
+        # A server restart or an idle timeout may have dropped a kept connection.
+        while conn is not None and not pg.ping(conn):
+            with suppress(Exception):
+                conn.close()
+            with self._pool_lock:
+                conn = self._idle.pop() if self._idle else None
+        return conn if conn is not None else self._new_pg()
 
     def raw(self) -> Any:
         """A DB-API connection of this store (give it back with ``.close()``)."""
-        if not self.sqlite:
+        if not self.sqlite and self._pg is None:
             return self.engine.raw_connection()
-        with self._pool_lock:
-            conn = self._idle.pop() if self._idle else None
-        return _Pooled(self, conn if conn is not None else self._new_sqlite())
+        return _Pooled(self, self._checkout())
 
     @contextmanager
     def reader(self) -> Iterator[Any]:
@@ -260,7 +304,8 @@ class Connections:
     def _is_driver_error(self, exc: BaseException) -> bool:
         if isinstance(exc, sqlite3.Error):
             return True
-        if "_dbapi_errors" in self.__dict__ and isinstance(exc, self._dbapi_errors[0]):
+        if ("_dbapi_errors" in self.__dict__ or self._pg is not None) and isinstance(
+                exc, self._dbapi_errors[0]):
             return True
         sa_exc = sys.modules.get("sqlalchemy.exc")  # loaded only where SQLAlchemy is in use
         return sa_exc is not None and isinstance(exc, sa_exc.DBAPIError)
@@ -295,7 +340,7 @@ class Connections:
                               hint="this database user may not make that change; "
                                    "see docs/teams.md on roles")
         operational = isinstance(orig, self._dbapi_errors[1]) if (
-            self.sqlite or "_dbapi_errors" in self.__dict__) else False
+            self.sqlite or self._pg is not None or "_dbapi_errors" in self.__dict__) else False
         sa_exc = sys.modules.get("sqlalchemy.exc")
         if (operational or (sa_exc is not None and isinstance(exc, sa_exc.OperationalError))
                 or "unable to open" in low or "connect" in low):
@@ -343,6 +388,10 @@ class Connections:
     def _is_disconnect(self, exc: BaseException, raw: Any, cur: Any) -> bool:
         if self.sqlite:
             return False  # a file does not hang up
+        if self._pg is not None:
+            conn = raw.dbapi_connection
+            return isinstance(exc, self.dbapi_error) and (
+                conn is None or conn.closed or conn.broken)
         return bool(self.engine.dialect.is_disconnect(exc, raw.dbapi_connection, cur))
 
     def _begin_write(self) -> tuple[Any, bool, Any]:
@@ -412,7 +461,8 @@ class Connections:
             except BaseException:
                 gate.discard()
                 raise
-            gate.open()
+            if not keep_closed(gate):  # the caller holds Ctrl-C past a landed write
+                gate.open()
 
     def _end(self, raw: Any, cur: Any, *, commit: bool) -> None:
         if self.sqlite:  # the transaction was begun by hand: end it by hand
@@ -440,7 +490,7 @@ class Connections:
                 with suppress(Exception):
                     writer.invalidate() if self.sqlite else writer.close()
             for conn in idle:
-                with suppress(sqlite3.Error):
+                with suppress(Exception):
                     conn.close()
             engine = self.__dict__.pop("engine", None)
             if engine is not None:

@@ -29,7 +29,8 @@ try:
 except ImportError:  # pragma: no cover - another interpreter
     _raw = signal  # type: ignore[no-redef]
 
-__all__ = ["InterruptGate", "TerminateRequested", "stop_signals_raise"]
+__all__ = ["InterruptGate", "TerminateRequested", "held_commit", "hold_after_commit",
+           "keep_closed", "release_held", "stop_signals_raise"]
 
 _SIGINT = int(signal.SIGINT)
 _STOP_SIGNALS = (int(signal.SIGTERM), int(signal.SIGHUP))
@@ -129,3 +130,54 @@ def _restore(saved: list[tuple[int, object]]) -> None:
         _raw.signal(*saved[0])  # type: ignore[arg-type]
     finally:
         _restore(saved[1:])
+
+
+# -- a write that landed is not undone by a Ctrl-C ---------------------------------------
+# `harness todowrite` commits, then prints the response and its notes, then closes the
+# store. A Ctrl-C raised anywhere after the COMMIT used to exit 130, which tells the agent
+# that a write failed when it landed. While holding, the first write to commit keeps its
+# gate closed: later Ctrl-Cs are recorded, and the caller decides at the end.
+_holding = False
+_held: InterruptGate | None = None
+
+
+def hold_after_commit() -> None:
+    """From now on (main thread), a Ctrl-C after the next commit is held, not raised,
+    until :func:`release_held`."""
+    global _holding
+    if threading.get_ident() == threading.main_thread().ident:
+        _holding = True
+
+
+def keep_closed(gate: InterruptGate) -> bool:
+    """Called by a write right after its COMMIT, with its gate closed: True if the gate
+    is to stay closed (the caller must then not open it)."""
+    global _held
+    if not _holding or _held is not None or gate._saved is None:
+        return False
+    _held = gate
+    return True
+
+
+def held_commit() -> bool:
+    """Whether a write committed while Ctrl-C was held."""
+    return _held is not None
+
+
+def release_held(*, quiet: bool = False) -> bool:
+    """Stop holding; True if a Ctrl-C came meanwhile, which is dropped (the write landed).
+    ``quiet``: SIGINT stays ignored instead of getting its handler back (a process about to
+    exit, which a last Ctrl-C must not give a traceback)."""
+    global _holding, _held
+    gate, _held, _holding = _held, None, False
+    if gate is None:
+        return False
+    came = gate._pending is not None
+    if quiet:
+        _raw.signal(_SIGINT, _raw.SIG_IGN)
+        gate._pending = None
+        saved, gate._saved = gate._saved, None
+        _restore([(signum, handler) for signum, handler in saved or [] if signum != _SIGINT])
+    else:
+        gate.discard()
+    return came

@@ -1,7 +1,8 @@
 """Where a store is: a path or a database URL, normalised, and shown without its password.
 
-SQLite URLs are read by hand (no SQLAlchemy on the everyday paths); a server URL goes
-through SQLAlchemy's URL parser, imported only then.
+SQLite and plain PostgreSQL URLs are read by hand (:mod:`state.pg`: no SQLAlchemy on the
+everyday paths); any other server URL goes through SQLAlchemy's URL parser, imported only
+then.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ def normalize_url(target: str) -> str:
     if target.startswith("sqlite:"):
         return target
     if "://" in target:
+        from state import pg
+
+        plain = pg.parse(target)
+        if plain is not None:
+            return pg.render(plain, hide_password=False)
         return _server_url(target)
     if target == ":memory:":
         return "sqlite://"
@@ -41,6 +47,11 @@ def public_url(url: str) -> str:
     """The URL with any password masked: safe to print, log, or key a config file by."""
     if is_sqlite(url):
         return url
+    from state import pg
+
+    plain = pg.parse(url)
+    if plain is not None:
+        return pg.render(plain, hide_password=True)
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)

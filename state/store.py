@@ -7,9 +7,11 @@ readers in :mod:`state.readers`, the SQL in :mod:`state.sql`. This module opens 
 (creating a SQLite file atomically, checking and applying migrations) and starts write
 transactions on it.
 
-On SQLite nothing here loads SQLAlchemy unless a migration is due or Core is asked for
-(:attr:`Store.engine`, :meth:`Store.locked`): an agent's hook or ``todowrite`` on an
-up-to-date store never imports it (tests/agents/test_latency_imports.py).
+On SQLite, and on PostgreSQL through a plain ``postgresql://`` URL, nothing here loads
+SQLAlchemy unless a migration is due or Core is asked for (:attr:`Store.engine`,
+:meth:`Store.locked`): an agent's hook or ``todowrite``, or a person's ``harness list``,
+on an up-to-date store never imports it (tests/agents/test_latency_imports.py,
+tests/test_cli_latency_imports.py).
 """
 
 from __future__ import annotations
@@ -224,6 +226,14 @@ class Store(Readers):
 
     # -- schema ---------------------------------------------------------------------------
     def applied_migrations(self) -> list[str]:
+        if self.dialect == "postgresql" and self._conn._pg is not None:
+            # As migrations.applied does, without importing SQLAlchemy and the models.
+            with self._conn.reader() as cur:
+                cur.execute("SELECT to_regclass('migrations') IS NOT NULL")
+                if not cur.fetchone()[0]:
+                    return []
+                cur.execute("SELECT name FROM migrations ORDER BY name")
+                return [r[0] for r in cur.fetchall()]
         if self.dialect != "sqlite":
             from state import migrations
 

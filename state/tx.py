@@ -120,6 +120,11 @@ class Tx:
         self._cur.execute(self.store._sql(sql), args)
         return self._cur.fetchone()
 
+    def fetch_all(self, sql: str, *args: Any) -> list[Any]:
+        """Every row of a query (``?`` placeholders) inside this transaction."""
+        self._cur.execute(self.store._sql(sql), args)
+        return list(self._cur.fetchall())
+
     def load_runs(self) -> dict[int, RunState]:
         """The session's runs (loaded once per transaction, on first use)."""
         if self._runs_loaded:

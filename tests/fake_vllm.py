@@ -12,7 +12,11 @@ How it decodes: one "step" per ``--fake-step-ms``. Without speculation a step em
 token. With ``--speculative-config`` (k draft tokens) a step costs ``1 + k *
 --fake-draft-cost`` times longer and emits ``1 + a`` tokens, where draft position ``i`` is
 accepted with probability ``--fake-acceptance[i]`` given the ones before it (seeded per
-prompt, so runs repeat). Each step adds 1 draft, k draft tokens and ``a`` accepted tokens
+prompt, so runs repeat). When the drafter's files can tell (an lm_head and d2t beside a
+target lm_head that are not all zeros), each probability is scaled by the share of draft
+rows that score the target token d2t maps them to (:func:`head_alignment`): a drafter
+whose rows were permuted against its vocab mapping drafts wrong tokens, served or not.
+Each step adds 1 draft, k draft tokens and ``a`` accepted tokens
 (positions ``0..a-1``) to the counters, as vLLM counts them.
 
 Flags to misbehave, for the bad-input tests: ``--fake-die-after`` (exit during start with
@@ -22,6 +26,8 @@ Flags to misbehave, for the bad-input tests: ``--fake-die-after`` (exit during s
 ARCHS`` (refuse targets of those architectures the way vLLM 0.33 does: no list, the
 model class lacks ``SupportsEagle3``, found by the engine core when it loads the model),
 ``--fake-engine-child`` (a second process in the group, like vLLM's EngineCore),
+``--fake-diverge-after N`` (a lossy engine: from the Nth generated token on, the words are
+not the ones plain decoding gives),
 ``--fake-ignore-term`` (only SIGKILL stops it), ``--fake-engines N`` (per-engine labels).
 
 Standard library only: it must start on any host the tests reach.
@@ -35,6 +41,7 @@ import json
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -82,6 +89,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--fake-ignore-term", action="store_true")
     s.add_argument("--fake-engines", type=int, default=1)
     s.add_argument("--fake-record", default=None)
+    s.add_argument("--fake-diverge-after", type=int, default=None)
     return parser.parse_args(argv)
 
 
@@ -94,6 +102,14 @@ class Engine:
         self.k = int(spec.get("num_speculative_tokens") or 0) if spec else 0
         probs = [float(x) for x in args.fake_acceptance.split(",") if x.strip()]
         self.accept = (probs + [0.0] * self.k)[: self.k]
+        if self.k and spec.get("model"):
+            share = head_alignment(Path(str(spec["model"])), Path(args.model))
+            if share is not None:
+                # a draft row that scores another token than its d2t one proposes a wrong
+                # token: position i is accepted only where the rows line up
+                self.accept = [p * share for p in self.accept]
+                log("INFO", "eagle.py:1", f"drafter lm_head: {share:.0%} of its sampled "
+                                          "rows score the target token d2t maps them to")
         self.lock = threading.Lock()
         self.engines = [str(i) for i in range(max(1, args.fake_engines))]
         self.counters = {e: {"drafts": 0, "draft_tokens": 0, "accepted": 0,
@@ -269,8 +285,11 @@ def make_handler(engine: Engine, ready: threading.Event):
                                      "choices": [{"index": 0, "delta": {
                                          "role": "assistant", "content": ""},
                                          "finish_reason": None}]})
+                diverge = args.fake_diverge_after
                 for emitted in engine.steps(key, max_tokens, e):
-                    words = [f"w{(n + i) % 97}" for i in range(emitted)]
+                    ids = [(n + i) % 97 if diverge is None or n + i < diverge else
+                           (n + i + 1) % 97 for i in range(emitted)]
+                    words = [f"w{t}" for t in ids]
                     field = "reasoning_content" if n < think_tokens else "content"
                     text = "".join(" " + w for w in words)
                     n += emitted
@@ -280,6 +299,8 @@ def make_handler(engine: Engine, ready: threading.Event):
                             choice = {"index": 0, "delta": {field: text}, "finish_reason": None}
                         else:
                             choice = {"index": 0, "text": text, "finish_reason": None}
+                        if body.get("return_token_ids"):
+                            choice["token_ids"] = ids
                         self._event({"model": model, "choices": [choice]})
                 usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
                          "total_tokens": prompt_tokens + n}
@@ -317,6 +338,64 @@ def make_handler(engine: Engine, ready: threading.Event):
             self.wfile.flush()
 
     return Handler
+
+
+def _tensors(path: Path) -> tuple[dict, int]:
+    """A safetensors file's header and where its data starts."""
+    with open(path, "rb") as fh:
+        size = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(size))
+    return header, 8 + size
+
+
+_FORMATS = {"F32": ("f", 4), "F16": ("e", 2), "BF16": ("H", 2), "I64": ("q", 8),
+            "I32": ("i", 4)}
+
+
+def _read(path: Path, header: dict, base: int, name: str, start: int, count: int) -> list:
+    """``count`` elements of tensor ``name`` from element ``start``, as Python numbers."""
+    info = header[name]
+    code, size = _FORMATS[info["dtype"]]
+    with open(path, "rb") as fh:
+        fh.seek(base + info["data_offsets"][0] + start * size)
+        raw = fh.read(count * size)
+    values = list(struct.unpack(f"<{count}{code}", raw))
+    if info["dtype"] == "BF16":  # the high half of a float32
+        values = [struct.unpack("<f", struct.pack("<I", v << 16))[0] for v in values]
+    return values
+
+
+def head_alignment(draft: Path, target: Path, sample: int = 64) -> float | None:
+    """The share of the drafter's lm_head rows ``i`` (sampled) that equal the target's row
+    for token ``i + d2t[i]`` (cosine >= 0.9), as an EAGLE-3 head initialised from the
+    target's has them; a head whose rows were permuted against d2t (a stale warm start)
+    scores wrong tokens. None when the files cannot tell: no such tensors, or rows of
+    zeros (the placeholder models of the serving tests)."""
+    try:
+        dh, db = _tensors(draft / "model.safetensors")
+        th, tb = _tensors(target / "model.safetensors")
+    except (OSError, ValueError):
+        return None
+    head = "lm_head.weight" if "lm_head.weight" in th else "model.embed_tokens.weight"
+    if "lm_head.weight" not in dh or "d2t" not in dh or head not in th:
+        return None
+    rows, hidden = dh["lm_head.weight"]["shape"]
+    if th[head]["shape"][1] != hidden or dh["d2t"]["shape"] != [rows]:
+        return None
+    matched = judged = 0
+    try:
+        d2t = _read(draft / "model.safetensors", dh, db, "d2t", 0, rows)
+        for i in range(0, rows, max(1, rows // sample)):
+            a = _read(draft / "model.safetensors", dh, db, "lm_head.weight", i * hidden, hidden)
+            b = _read(target / "model.safetensors", th, tb, head, (i + d2t[i]) * hidden,
+                      hidden)
+            na, nb = sum(x * x for x in a) ** 0.5, sum(x * x for x in b) ** 0.5
+            if na and nb:
+                judged += 1
+                matched += sum(x * y for x, y in zip(a, b, strict=True)) / (na * nb) >= 0.9
+    except (KeyError, struct.error, OSError):
+        return None
+    return matched / judged if judged else None
 
 
 def target_architectures(model: str) -> list[str]:

@@ -189,7 +189,7 @@ def test_replay_cli_at_time_steps_diff(cli, store: Store) -> None:
     assert json.loads(before.out)["n"] == 0 and json.loads(before.out)["todos"] == []
     steps = cli(["-s", "s", "replay", "--steps"]).out.splitlines()
     assert steps[0].startswith("#1 ") and "created session 's'" in steps[0]
-    assert any("status: 'pending' -> 'blocked'" in line for line in steps)
+    assert any("status: pending -> blocked" in line for line in steps)
     assert steps[-1].strip().startswith("○t3") and "(1/3 done)" in steps[-1]
     sj = json.loads(cli(["-s", "s", "replay", "--steps", "--from", "5", "--json"]).out)
     assert [s["n"] for s in sj] == [5, 6] and sj[1]["todo_id"] == "t3"

@@ -7,10 +7,12 @@ safe; RunStates are mutated in place, so views carry copies.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from harness.served_view import Comparison, comparisons, speed_figures
 from state.fold import (
     Event,
     RunState,
@@ -46,6 +48,8 @@ class DetailView:
     runs: tuple[RunState, ...] = ()
     verifications: tuple[VerificationState, ...] = ()
     live: bool = True
+    #: each served benchmark beside the offline verification of the same checkpoint
+    comparisons: tuple[Comparison, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,16 +96,25 @@ def latest_figures(state: SessionState) -> dict[int, str]:
 
 
 def verification_figures(metrics: Mapping[str, Any]) -> str:
-    """``τ 1.87  1.04x``: the mean acceptance length, and the speedup: measured by a
-    benchmark against vLLM, else projected by the verify stage."""
+    """``τ 1.87  1.42x served c=1``: the mean acceptance length, and the speed in words
+    that say whose it is: served by the engine (a benchmark), or the verify stage's
+    reference-loop bound (``≤2.17x ref``) or projection (``2.34x proj``)."""
     parts = []
     tau = _num(metrics.get("tau"), metrics.get("acceptance_length"))
     if tau is not None:
         parts.append(f"τ {tau:.2f}")
-    speedup = _num(metrics.get("speedup"), metrics.get("projected_speedup"))
-    if speedup is not None:
-        parts.append(f"{speedup:.2f}x")
+    parts += speed_figures(metrics)
     return "  ".join(parts)
+
+
+def narrow_figures(text: str) -> str:
+    """The short form of :func:`verification_figures` for a narrow board row: ``τ1.87``
+    and a served speedup (``τ3.11 1.42x``); the reference loop's bound and projection
+    give way first, since a bare number there would read as served. The detail pane has
+    them in words."""
+    text = re.sub(r"\s*(≤\d+\.\d+x ref|\d+\.\d+x proj)\b", "", text)
+    text = re.sub(r"(\d+\.\d+x) served c=\d+", r"\1", text)
+    return text.replace("τ ", "τ").replace("  ", " ").strip()
 
 
 def _num(*values: Any) -> float | None:
@@ -121,7 +134,8 @@ def detail_view(state: SessionState, num: int | None, history: list[Event], *,
     verifs = tuple(v for v in sorted(state.verifications.values(), key=lambda v: v.id)
                    if v.todo_id == num)
     return DetailView(todo=todo, waiting_on=tuple(unmet_dependencies(todo, state.todos)),
-                      history=tuple(history), runs=runs, verifications=verifs, live=live)
+                      history=tuple(history), runs=runs, verifications=verifs, live=live,
+                      comparisons=tuple(comparisons(verifs, state.verifications.values())))
 
 
 def current_run(detail: DetailView) -> RunState | None:

@@ -12,6 +12,11 @@
 //   compaction in the session's history and prints the list, which goes into
 //   output.context, so the summary keeps it (opencode #5934: todos forgotten after
 //   compaction).
+// * `tool.execute.after` (input { tool, sessionID, callID }, output { title, output,
+//   metadata }), called once a tool has run: `harness hook opencode` prints what a person
+//   (or the runner) changed in the list since opencode last saw it, and that is appended
+//   to the tool's output, so the model reads it in its next request, without waiting for
+//   a compaction. Nothing new: the output is left as it is.
 //
 // The hook never fails: problems go to the harness data directory's logs/hooks.log, and
 // a harness that is not installed changes nothing in opencode.
@@ -67,6 +72,13 @@ export const HarnessTodos = async ({ directory }) => {
       const text = await queued({ type: "session.compacting",
                                   properties: { sessionID: input.sessionID } })
       if (text.trim()) output.context.push(text.trim())
+    },
+    "tool.execute.after": async (input, output) => {
+      const text = await queued({ type: "tool.after",
+                                  properties: { sessionID: input.sessionID, tool: input.tool } })
+      if (text.trim() && output && typeof output.output === "string") {
+        output.output = `${output.output}\n\n${text.trim()}`
+      }
     },
   }
 }

@@ -136,20 +136,28 @@ def _install_options(fn):  # type: ignore[no-untyped-def]
     return fn
 
 
-def _install(agent: str, scope: str, dry_run: bool, command: str | None) -> None:
-    from harness.hook_install import install
+def _install(agent: str, scope: str, dry_run: bool, command: str | None,
+             codex: str | None = None) -> None:
+    from harness.hook_install import codex_config, install
 
-    result = install(agent, scope=scope, cwd=Path.cwd(), command=command)
-    if dry_run:
-        click.echo(result.diff or f"{result.path}: already up to date (nothing to change)")
-        return
-    if not result.changed:
-        click.echo(f"{result.path}: already up to date")
-        return
-    result.write()
-    click.echo(f"{result.path}: added the harness hooks ({', '.join(result.events)})")
-    for line in result.notes:
+    hooks = install(agent, scope=scope, cwd=Path.cwd(), command=command)
+    plans = [hooks]
+    if agent == "codex":
+        plans.append(codex_config(hooks, scope=scope, cwd=Path.cwd(), codex=codex))
+    for plan in plans:
+        if dry_run:
+            click.echo(plan.diff or f"{plan.path}: already up to date (nothing to change)")
+        elif not plan.changed:
+            click.echo(f"{plan.path}: already up to date")
+        else:
+            plan.write()
+            click.echo(f"{plan.path}: {'added the harness hooks' if plan is hooks else 'set'}"
+                       f" ({', '.join(plan.events)})")
+    for line in hooks.notes:
         click.echo(f"note: {line}")
+    for plan in plans[1:]:  # what install could not do for the person
+        for line in plan.notes:
+            click.echo(f"{'still to do' if not dry_run else 'then still to do'}: {line}")
 
 
 @hook_claude_code.command("install")
@@ -163,11 +171,16 @@ def install_claude_code(scope: str, dry_run: bool, command: str | None) -> None:
 
 @hook_codex.command("install")
 @_install_options
-def install_codex(scope: str, dry_run: bool, command: str | None) -> None:
+@click.option("--codex", "codex", metavar="PATH",
+              help="The Codex program that hashes the hooks for trust (default: codex on "
+                   "PATH, or $HARNESS_CODEX_BIN).")
+def install_codex(scope: str, dry_run: bool, command: str | None, codex: str | None) -> None:
     """Merge the harness hooks into .codex/hooks.json (--project, the default) or
-    $CODEX_HOME/hooks.json (--user, default ~/.codex). Other hooks are kept; running it
-    again changes nothing. Codex asks you to trust new hooks before it runs them."""
-    _install("codex", scope, dry_run, command)
+    $CODEX_HOME/hooks.json (--user, default ~/.codex), and set in $CODEX_HOME/config.toml
+    what Codex needs to run them: `[tools.update_plan] enabled = true`, and the hooks
+    trusted (their hash asked of Codex itself). Other hooks and settings are kept; running
+    it again changes nothing. Prints what is left to you, such as trusting the project."""
+    _install("codex", scope, dry_run, command, codex)
 
 
 @click.command("watch-codex")

@@ -2,34 +2,157 @@
 
 :func:`harness.cli.main.main` runs the few commands agents call on every todo change
 without it (:mod:`harness.cli.hot`) and hands everything else here.
+
+Each command's module is imported only when the command is named (:data:`COMMANDS`):
+``harness list`` loads click, the todo commands and the light store, not the runner, the
+pipeline specs (pydantic, yaml) or SQLAlchemy that ``run``, ``verify``, ``import`` or
+``db`` need (~0.5-1 s of imports), nor the other command modules. ``harness --help``
+lists every command from the summaries here, without importing any;
+tests/test_cli_latency_imports.py checks that each says what its command's own help says.
+docs/PERFORMANCE.md, "Everyday commands", has the figures.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from harness import __version__
-from harness.cli import (
-    agent_cmds,
-    agent_io_cmds,
-    db_cmds,
-    replay_cmds,
-    run_cmds,
-    session_cmds,
-    todo_cmds,
-    tui_cmd,
-    verify_cmds,
-)
 from harness.cli.common import CONTEXT_SETTINGS, close_harness, common_options
 from harness.errors import EXIT_INTERRUPTED, EXIT_USAGE
 
-COMMAND_MODULES = [session_cmds, todo_cmds, agent_cmds, run_cmds, agent_io_cmds, replay_cmds,
-                   db_cmds, verify_cmds, tui_cmd]
+# name -> (module in harness.cli, attribute, the first paragraph of its help: what
+# `harness --help` shortens to one line, as click would)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "add": ("todo_cmds", "add",
+        "Add a todo with TEXT (stored exactly as given)."),
+    "block": ("todo_cmds", "block",
+        "Block todo ID, with a reason."),
+    "cancel": ("todo_cmds", "cancel",
+        "Cancel todo ID (t12: kept, shown as cancelled), or stop run RUN (r12: kill its "
+        "process group on its host, record it cancelled, block its todo; for a finished serve "
+        "run, stop the server it left running)."),
+    "check": ("run_cmds", "check",
+        "Validate a pipeline spec without running anything; say how much disk the offline "
+        "hidden states of its data would take."),
+    "db": ("db_cmds", "db",
+        "Look after the store: its schema, its size, moving it to another database."),
+    "depend": ("todo_cmds", "depend",
+        "Set what todo ID waits for (no DEP clears it). Cycles are refused."),
+    "done": ("todo_cmds", "done",
+        "Mark todo ID completed."),
+    "edit": ("todo_cmds", "edit",
+        "Replace the text of todo ID, and/or its stage binding."),
+    "export": ("replay_cmds", "export",
+        "Write SESSION's events (default: the current session) as JSONL, which `harness "
+        "import` reads back: export, import, export gives the same bytes apart from ids."),
+    "hook": ("agent_io_cmds", "hook_group",
+        "Hooks for agents that keep their own todo list: they copy it into the store, mark "
+        "where the agent's context was cut, and give the list back after each cut."),
+    "import": ("replay_cmds", "import_",
+        "Import agent transcripts: each todo call becomes the events a live todowrite would "
+        "have made, at its original time, with the tool-call id in `ref`."),
+    "init": ("session_cmds", "init",
+        "Create a project store, DIRECTORY/.harness/state.db (default: here)."),
+    "list": ("todo_cmds", "list_",
+        "List todos: by section (in progress, pending, blocked, completed, cancelled), then "
+        "priority, then position. Shows what each todo is waiting on."),
+    "log": ("todo_cmds", "log",
+        "Show the session's history: who changed what, when, from what to what."),
+    "logs": ("run_cmds", "logs",
+        "Print a run's log, as stored (RUN is like r12)."),
+    "mcp": ("agent_io_cmds", "mcp_cmd",
+        "Serve the harness to an agent over MCP (stdio)."),
+    "move": ("todo_cmds", "move",
+        "Move todo ID among its neighbours on the board (same section and priority)."),
+    "next": ("agent_cmds", "next_cmd",
+        "The highest-priority todo that is ready: pending, every dependency completed, not "
+        "bound to a pipeline stage (`harness run` starts those)."),
+    "note": ("todo_cmds", "note",
+        "Add a note to todo ID (kept in its history)."),
+    "prime": ("agent_cmds", "prime_cmd",
+        "Print what an agent needs in its instructions file (AGENTS.md, CLAUDE.md): how to "
+        "keep its todo list in the harness with the CLI, then the current list."),
+    "prio": ("todo_cmds", "prio",
+        "Set the priority of todo ID: high|medium|low (or H/M/L), or up/down one step."),
+    "rebuild": ("replay_cmds", "rebuild",
+        "Recreate every projection (todos, runs, verifications, artifacts, snapshots) from "
+        "the events alone, and report where the stored ones differed."),
+    "replay": ("replay_cmds", "replay",
+        "Show a session as it was at any past event or time, step through its changes, "
+        "compare two moments, or fork a new session from one."),
+    "run": ("run_cmds", "run_cmd",
+        "Run a pipeline: one todo per stage, each run as a detached job that survives "
+        "disconnects, its log streamed into the store, completed only when its checks and "
+        "gate pass (else blocked with the measured reason)."),
+    "session": ("session_cmds", "session",
+        "Create, list and switch sessions (one todo list and its history each)."),
+    "show": ("todo_cmds", "show",
+        "Show one todo: full text, fields, dependencies, notes, history and runs."),
+    "start": ("todo_cmds", "start",
+        "Mark todo ID in progress."),
+    "status": ("run_cmds", "status",
+        "Per stage: the todo's status, its last run (host, duration, exit code) and the last "
+        "lines of that run's log."),
+    "todoread": ("agent_cmds", "todoread_cmd",
+        "Print the session's todo list for an agent (or a person)."),
+    "todowrite": ("agent_cmds", "todowrite_cmd",
+        "Merge an agent's full todo list (one JSON payload on stdin) into the session."),
+    "tui": ("tui_cmd", "tui",
+        "Open the board of the current session in the terminal UI."),
+    "unblock": ("todo_cmds", "unblock",
+        "Unblock todo ID (back to pending)."),
+    "verifications": ("verify_cmds", "verifications_cmd",
+        "List the session's recorded verifications (stage runs and `harness verify`), oldest "
+        "first: verdict, headline figures, the checkpoint and its sha256."),
+    "verify": ("verify_cmds", "verify_cmd",
+        "Verify an EAGLE-3 drafter CHECKPOINT against its verifier: structure (config, keys, "
+        "shapes, dtype, NaN/Inf, d2t/t2d, lm_head rows), vLLM compatibility, and with "
+        "--functional measured acceptance (teacher-forced and free-running, lossless against "
+        "plain greedy decoding) and projected speedup, against an untrained drafter."),
+    "watch-codex": ("agent_io_cmds", "watch_codex",
+        "Follow Codex CLI rollouts under DIRECTORY (default $CODEX_HOME/sessions, else "
+        "~/.codex/sessions) and merge every `update_plan` call into the session as it "
+        "appears."),
+    "where": ("session_cmds", "where",
+        "Show the store, config directory and session this command would use, and why."),
+}
 
 
-@click.group(context_settings=CONTEXT_SETTINGS, invoke_without_command=True)
+class LazyGroup(click.Group):
+    """A group whose commands are imported when named, not at start-up."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd = self.commands.get(cmd_name)
+        if cmd is None and cmd_name in COMMANDS:
+            module, attr, _ = COMMANDS[cmd_name]
+            cmd = getattr(importlib.import_module(f"harness.cli.{module}"), attr)
+            self.add_command(cmd, cmd_name)
+        return cmd
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # click's own layout, with the summary from COMMANDS for a command not loaded yet
+        names = self.list_commands(ctx)
+        shown = [n for n in names if n not in self.commands or not self.commands[n].hidden]
+        if not shown:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in shown)
+        rows = []
+        for name in shown:
+            # a stand-in with the summary as its help: click shortens it as it would the
+            # command's own
+            cmd = self.commands.get(name) or click.Command(name, help=COMMANDS[name][2])
+            rows.append((name, cmd.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS, invoke_without_command=True)
 @common_options
 @click.version_option(__version__, prog_name="todo-harness")
 @click.pass_context
@@ -48,10 +171,6 @@ def cli(ctx: click.Context) -> None:
             ctx.invoke(tui)
         else:
             click.echo(ctx.get_help())
-
-
-for module in COMMAND_MODULES:
-    module.register(cli)
 
 
 def run(args: list[str]) -> int:

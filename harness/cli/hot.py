@@ -156,10 +156,15 @@ def todowrite(h: Any, *, fmt: str, actor: str | None, path: Path | None,
     from harness import formats
     from harness.agent import agent_actor
     from harness.agent import todowrite as write_list
+    from state.interrupts import hold_after_commit
 
     where = str(path) if path else "stdin"
     write = formats.parse(read_payload(path, where), fmt, where)
     sid = h.session().id
+    # A Ctrl-C before the COMMIT rolls the write back (exit 130, no notes); one after it
+    # is held and dropped at exit, so a write that landed answers, prints its notes and
+    # exits 0 (harness.cli.main).
+    hold_after_commit()
     result = write_list(h.store, sid, write, actor=agent_actor(actor, write.caps),
                         sees_response=not no_response_view)
     out(json.dumps(result.response(), indent=2, ensure_ascii=False, default=str))

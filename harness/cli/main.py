@@ -12,7 +12,9 @@ the click application (:mod:`harness.cli.app`), so both routes behave the same.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,27 +23,57 @@ from harness.errors import EXIT_INTERRUPTED, KNOWN_ERRORS, exit_code, render
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = list(sys.argv[1:] if argv is None else argv)
-    lost: list[BaseException] = []
+    main_thread = threading.current_thread() is threading.main_thread()
+    own_sigint = signal.getsignal(signal.SIGINT) if main_thread else None
     previous = sys.unraisablehook
-
-    def unraisable(info: Any) -> None:
-        # A Ctrl-C landing in a finalizer or a GC callback (a pooled connection's) is
-        # "ignored" by Python: printed, then lost, and the command exits 0.
-        if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
-            lost.append(info.exc_value)
-            return
-        previous(info)
-
-    sys.unraisablehook = unraisable
+    code = EXIT_INTERRUPTED
     try:
-        code = _run(args)
-        if lost and code == 0:
+        lost: list[BaseException] = []
+
+        def unraisable(info: Any) -> None:
+            # A Ctrl-C landing in a finalizer or a GC callback (a pooled connection's) is
+            # "ignored" by Python: printed, then lost, and the command exits 0.
+            if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+                lost.append(info.exc_value)
+                return
+            previous(info)
+
+        sys.unraisablehook = unraisable
+        landed = False
+        try:
+            code = _run(list(sys.argv[1:] if argv is None else argv))
+        finally:
+            # The outcome is decided: from here a Ctrl-C changes nothing and shows no
+            # traceback. One held after a write landed is dropped: the write stands.
+            landed = _quiet(main_thread)
+        if lost and code == 0 and not landed:
             print("error: interrupted", file=sys.stderr)
             code = EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        # It landed in the cleanup above, before SIGINT was ignored (nothing was held).
+        _quiet(main_thread)
+        print("error: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
     finally:
         sys.unraisablehook = previous
+        if argv is not None and main_thread:
+            # Called in-process (tests, scripts): their handler back. A process's own
+            # entry (argv None) exits with SIGINT ignored.
+            signal.signal(signal.SIGINT, own_sigint)
     sys.exit(code)
+
+
+def _quiet(main_thread: bool) -> bool:
+    """Ignore SIGINT from now on; True if a write committed while Ctrl-C was held
+    (:func:`state.interrupts.hold_after_commit`)."""
+    if not main_thread:
+        return False
+    from state.interrupts import held_commit, release_held
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    landed = held_commit()
+    release_held(quiet=True)
+    return landed
 
 
 def _run(args: list[str]) -> int:
@@ -61,7 +93,8 @@ def _run(args: list[str]) -> int:
                 print(line, file=sys.stderr)
         return code
     except KeyboardInterrupt:
-        # Also a Ctrl-C during the store's close (its final WAL checkpoint).
+        # Before a write's COMMIT (after it, Ctrl-C is held: hot.todowrite), or during
+        # the store's close (its final WAL checkpoint) in a command that holds nothing.
         print("error: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except KNOWN_ERRORS as exc:

@@ -17,9 +17,11 @@ from harness.runner.deadline import stage_timeout
 from harness.runner.plan import plan_run
 from harness.runner.scheduler import check_overrides, stage_host, stage_scope
 from pipeline.durations import format_duration, parse_duration
+from pipeline.eagle3.campaign_plan import plan as campaign_plan
 from pipeline.eagle3.disk_estimate import estimates as disk_estimates
 from pipeline.params import check_params
 from pipeline.redact import redact_text
+from pipeline.served_gates import offline_pair
 from pipeline.spec import Pipeline, load_spec, parse_scale
 from state.fold import RUN_FINAL
 from state.interrupts import TerminateRequested, stop_signals_raise
@@ -41,14 +43,19 @@ def parse_run_id(text: str) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print the validated spec as JSON.")
 def check(spec_path: Path, as_json: bool) -> None:
     """Validate a pipeline spec without running anything; say how much disk the offline
-    hidden states of its data would take."""
+    hidden states of its data would take.
+
+    For a spec with a `plan:` section, also print what each stage that runs the verifier
+    needs with each backend on its GPUs (memory per GPU, shard disk, hours)."""
     spec = load_spec(spec_path)
     unchecked = check_params(spec, str(spec_path))
     disk = disk_estimates(spec)
+    paper = campaign_plan(spec)
     if as_json:
         emit_json({**spec.model_dump(mode="json", by_alias=True),
                    "unchecked_actions": unchecked,
-                   "offline_disk": [d.to_json() for d in disk]})
+                   "offline_disk": [d.to_json() for d in disk],
+                   "campaign_plan": paper.to_json() if paper else None})
         return
     click.echo(f"{spec_path}: pipeline {spec.name}, {len(spec.stages)} stage(s), "
                f"hosts {', '.join(sorted(spec.hosts))}: ok")
@@ -65,6 +72,15 @@ def check(spec_path: Path, as_json: bool) -> None:
         click.echo(f"  {text}")
     for d in disk:
         click.echo(f"  disk: {d.line()}")
+    for line in paper.lines() if paper else []:
+        click.echo(f"  {line}")
+    for stage in spec.stages:
+        pair = offline_pair(spec.stages, stage)
+        if pair.verify is not None:
+            how = "without a gate key: it serves the checkpoint that stage verified, at " \
+                "the same k" if pair.implied else "max_served_tau_gap"
+            click.echo(f"  {stage.name}: served τ held to {pair.verify.name}'s within "
+                       f"{pair.tolerance:.0%} ({how})")
 
 
 @click.command("run")

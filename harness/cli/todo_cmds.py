@@ -7,11 +7,10 @@ from collections.abc import Sequence
 import click
 
 from harness import todos as uc
-from harness.agent import todo_json
 from harness.cli.common import common_options, emit_json, harness, json_option
-from harness.cli.run_cmds import cancel_run_cmd
 from harness.errors import InputError, UsageError
 from harness.render import BADGE, GLYPH, SECTION, aligned, describe, safe_line, safe_text
+from harness.served_view import comparisons
 from state.fold import STATUSES, TodoState, board_key, unmet_dependencies
 
 PRIORITY_CHOICE = click.Choice(["high", "medium", "low", "H", "M", "L", "h", "m", "l"])
@@ -69,6 +68,8 @@ def add(text: str, priority: str, stage: str | None, move_stage: bool,
     t = uc.add(h.store, sid, text, priority=priority, stage=stage, depends_on=depends,
                move_stage=move_stage)
     if as_json:
+        from harness.agent import todo_json
+
         emit_json(todo_json(t, {t.num: t}))
     else:
         click.echo(f"added {t.id} [{BADGE[t.priority]}] {safe_line(t.content, 72)}")
@@ -89,6 +90,8 @@ def list_(statuses: tuple[str, ...], as_json: bool) -> None:
     shown = [t for t in todos if not statuses or t.status in statuses]
     shown.sort(key=board_key)
     if as_json:
+        from harness.agent import todo_json
+
         emit_json([todo_json(t, by_num) for t in shown])
         return
     if not shown:
@@ -102,7 +105,14 @@ def list_(statuses: tuple[str, ...], as_json: bool) -> None:
 @common_options
 @json_option
 def show(todo_id: str, as_json: bool) -> None:
-    """Show one todo: full text, fields, dependencies, notes, history and runs."""
+    """Show one todo: full text, fields, dependencies, notes, history and runs.
+
+    Its history is one short line per event: what changed, from and to (`status:
+    pending -> in_progress`), long values cut, a run's job as where it runs (`run r8 on
+    local, pid 5625: queued -> running`). --json keeps every event whole. For a drafter's
+    verify or benchmark todo, its offline (reference loop) and served (engine) figures are
+    shown side by side.
+    """
     h = harness()
     sid = h.session().id
     num = uc.parse_id(todo_id)
@@ -111,13 +121,26 @@ def show(todo_id: str, as_json: bool) -> None:
     events = h.store.events(sid, todo_id=num)
     runs = h.store.runs(sid, todo_id=num)
     verifications = h.store.verifications(sid, todo_id=num)
+    from harness.claude_task_files import task_of
+
+    link = task_of(h.store, sid, num)
     if as_json:
+        from harness.agent import todo_json  # the agent's JSON shape of a todo
+
         data = todo_json(t, by_num)
+        if link is not None:
+            data["claude_task"] = {"list": link.list_id, "task": link.task_id,
+                                   "file": str(link.path), "dropped": link.dropped}
         data["history"] = [{**e.to_json(), "description": describe(e)} for e in events]
         data["notes"] = [{"ts": e.ts, "actor": e.actor, "text": e.payload.get("text", "")}
                          for e in events if e.kind == "todo.noted"]
         data["runs"] = [r.__dict__ for r in runs]
         data["verifications"] = [v.__dict__ for v in verifications]
+        data["offline_and_served"] = [
+            {"offline": f"v{c.offline.id}" if c.offline is not None else None,
+             "served": f"v{c.served.id}",
+             "rows": [{"figure": a, "offline": b, "served": c_} for a, b, c_ in c.rows()]}
+            for c in comparisons(verifications, h.store.verifications(sid))]
         emit_json(data)
         return
     click.echo(f"{t.id}  {GLYPH.get(t.status, '?')} {t.status}  priority {t.priority}"
@@ -133,11 +156,16 @@ def show(todo_id: str, as_json: bool) -> None:
                    + (f" (waiting on {', '.join(f't{d}' for d in waits)})" if waits else ""))
     if t.status == "blocked":
         click.echo(f"blocked: {safe_text(t.blocked_reason or '')}")
+    if link is not None:
+        click.echo(f"claude code: task {safe_line(link.task_id)} of list "
+                   f"{safe_line(link.list_id)}"
+                   + (" (Claude Code dropped its file; kept here)" if link.dropped else ""))
     notes = [e for e in events if e.kind == "todo.noted"]
     if notes:
         click.echo("notes:")
         for e in notes:
-            click.echo(f"  {e.ts[:19]}  {e.actor}: {safe_text(e.payload.get('text', ''))}")
+            click.echo(f"  {e.ts[:19].replace('T', ' ')}  {e.actor}: "
+                       f"{safe_text(e.payload.get('text', ''))}")
     if runs:
         click.echo("runs:")
         for r in runs:
@@ -149,6 +177,13 @@ def show(todo_id: str, as_json: bool) -> None:
         for v in verifications:
             click.echo(f"  v{v.id} {'passed' if v.passed else 'failed'}: "
                        f"{safe_line(v.verdict, 90)}")
+        for c in comparisons(verifications, h.store.verifications(sid)):
+            # offline (the reference loop) and served (the engine) are different things:
+            # side by side, each in its own column, never one for the other
+            click.echo(f"{c.title}:")
+            table = [["", "offline (reference loop)", "served (engine)"], *c.rows()]
+            for text in aligned(table, caps=(None, 48, None), sep="   "):
+                click.echo(f"  {text}")
     click.echo("history:")
     rows = [[f"#{e.n}", e.ts[:19].replace("T", " "), e.actor, describe(e)] for e in events]
     for text in aligned(rows, caps=(None, None, 40, None), sep=" "):
@@ -197,6 +232,8 @@ def cancel(ident: str) -> None:
     process group on its host, record it cancelled, block its todo; for a finished serve
     run, stop the server it left running)."""
     if ident.strip().lower().startswith("r"):
+        from harness.cli.run_cmds import cancel_run_cmd  # the runner: only for a run
+
         cancel_run_cmd(ident)
         return
     click.get_current_context().invoke(_cancel_todo, todo_id=ident)
@@ -317,7 +354,12 @@ def depend(todo_id: str, depends: tuple[str, ...]) -> None:
 @common_options
 @json_option
 def log(todo_id: str | None, limit: int | None, as_json: bool) -> None:
-    """Show the session's history: who changed what, when, from what to what."""
+    """Show the session's history: who changed what, when, from what to what.
+
+    One short line per event: number, time (UTC), actor, todo, and what changed, from
+    and to, with long values cut and a run's job shown as where it runs. --json prints
+    every event whole (its payload as stored) with that line as its `description`.
+    """
     h = harness()
     sid = h.session().id
     events = h.store.events(sid, todo_id=uc.parse_id(todo_id) if todo_id else None)

@@ -9,7 +9,8 @@ when a list is shared, else the Claude session's id; a deleted task's file is go
 :func:`sync_task_list` makes the session's list say what the directory says, in one
 transaction, as ``agent:claude-code``: a task it has not seen is created, a changed one
 updated (``blockedBy``/``blocks`` become dependencies, a cycle is dropped), and a task
-whose file went away is removed. Claude's ids are mapped to ours in the same agent view
+whose file went away is removed, unless it was completed (Claude Code drops finished
+tasks' files; the record keeps them). Claude's ids are mapped to ours in the same agent view
 the hooks use (``<list id>:<task id>``), so a list followed here and the same list seen
 through ``harness hook claude-code`` are one list, never two. Syncing again with nothing
 changed writes nothing. :func:`follow` syncs whenever a file changes (``--follow``).
@@ -225,10 +226,13 @@ def _apply(tx: Tx, list_id: str, tasks: dict[str, Task]) -> int:
         if new != sorted(todo.depends_on) and tx.update_todo(
                 num, depends_on=new, ts=normalize_ts(tasks[tid].mtime)):
             changed.add(tid)
-    # A task whose file is gone was deleted in Claude Code.
+    # A task whose file is gone was deleted in Claude Code; but a completed one is kept:
+    # Claude Code drops finished tasks' files (claude-code #78147), and a finished task
+    # is still part of the work's record (`harness show` says its file is gone).
     for v in list(mapping):
         if v.agent_id and v.agent_id.startswith(prefix) and v.num in tx.state.todos \
-                and v.agent_id[len(prefix):] not in tasks:
+                and v.agent_id[len(prefix):] not in tasks \
+                and tx.state.todos[v.num].status not in ("completed", "cancelled"):
             tx.remove_todo(v.num, reason=f"deleted in Claude Code (task list {list_id})")
             mapping.remove(v)
             changed.add(v.agent_id)

@@ -5,7 +5,10 @@ has the session ``id``); a plan call is ``type: response_item`` whose payload is
 ``{type: "function_call", name: "update_plan", arguments, call_id}``, with
 ``arguments`` a JSON-encoded string ``{explanation?, plan: [{step, status}]}``. Its
 answer is a ``function_call_output`` with the same ``call_id``; an answer that says the
-arguments failed to parse means the plan did not change, and the call is skipped.
+arguments failed to parse, or that the tool is not there ("unsupported call: update_plan",
+Codex's answer while ``[tools.update_plan]`` is not enabled), means the plan did not
+change, and the call is skipped (:func:`harness.codex_watch.refusal`; ``harness watch-codex`` and the hooks
+agree).
 Older rollouts wrote the items bare (no ``{timestamp, type, payload}`` wrapper) after a
 first ``{id, timestamp}`` line; those are read too, at the session's time.
 
@@ -20,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import IO, Any
 
+from harness.codex_watch import refusal
 from harness.errors import InputError
 from harness.formats import parse
 from harness.importers.base import (
@@ -35,6 +39,7 @@ from harness.importers.base import (
 
 _META_LINES = 20
 _MAX_PENDING = 64
+
 
 
 class CodexParser(Parser):
@@ -102,13 +107,7 @@ class CodexParser(Parser):
             entry = self._pending.get(str(payload.get("call_id")))
             if entry is not None:
                 entry[3] = True
-                out = payload.get("output")
-                text = out.get("content") if isinstance(out, dict) else out
-                ok = out.get("success", True) if isinstance(out, dict) else True
-                if ok is False or (isinstance(text, str) and text.lower().startswith(
-                        ("failed to parse", "error"))):
-                    text = str(text)
-                    entry[4] = text if len(text) <= 70 else text[:69] + "…"
+                entry[4] = refusal(payload.get("output"))
                 return
         self.non_todo += 1
 

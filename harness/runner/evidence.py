@@ -49,7 +49,11 @@ class Judgement:
     gate_lines: list[str]
 
 
-def judge(stage: Stage, result: StageResult | None, missing_outputs: list[str]) -> Judgement:
+def judge(stage: Stage, result: StageResult | None, missing_outputs: list[str], *,
+          gate: dict[str, Any] | None = None) -> Judgement:
+    """``gate``: what the stage is held to, when more than its own (a benchmark's implied
+    served-vs-offline τ check, :mod:`.offline`)."""
+    gate = stage.gate if gate is None else gate
     problems: list[str] = []
     if stage.is_builtin and result is None:
         problems.append("the action wrote no result file")
@@ -63,13 +67,13 @@ def judge(stage: Stage, result: StageResult | None, missing_outputs: list[str]) 
     elif stage.checks:
         problems.append(f"checks {', '.join(stage.checks)} need a built-in action")
     problems += [f"output {p} is missing" for p in missing_outputs]
-    gate_ok, gate_lines = evaluate_gate(stage.gate, result.metrics if result else {})
-    if stage.gate and not gate_ok:
+    gate_ok, gate_lines = evaluate_gate(gate, result.metrics if result else {})
+    if gate and not gate_ok:
         # The measured numbers lead the reason: they are what a person acts on.
-        problems.insert(0, gate_reason(stage.gate, result))
+        problems.insert(0, gate_reason(gate, result))
     summary = headline(result.summary) if result else ""
     note = (f"{summary}; " if summary else "") + "gate passed: " + "; ".join(gate_lines) \
-        if stage.gate else (result.summary if result else "")
+        if gate else (result.summary if result else "")
     return Judgement(problems, note or None, gate_ok, gate_lines)
 
 
@@ -81,15 +85,17 @@ def checks_failed_alone(result: StageResult | None) -> bool:
 
 
 def record_verification(tx: Tx, stage: Stage, todo: int, run_id: int,
-                        result: StageResult | None, verdict: Judgement) -> None:
+                        result: StageResult | None, verdict: Judgement, *,
+                        gate: dict[str, Any] | None = None) -> None:
     """The checks and gate of a finished job, as a ``verifications`` row."""
-    if result is None or not (result.checks or stage.gate):
+    gate = stage.gate if gate is None else gate
+    if result is None or not (result.checks or gate):
         return
-    passed = result.ok and (verdict.gate_ok or not stage.gate)
+    passed = result.ok and (verdict.gate_ok or not gate)
     head = headline(result.summary)
     text = ((f"{head}; " if head else "")
             + f"gate {'passed' if verdict.gate_ok else 'failed'}: "
-            + "; ".join(verdict.gate_lines)) if stage.gate \
+            + "; ".join(verdict.gate_lines)) if gate \
         else (result.summary or ("all checks passed" if passed else "checks failed"))
     sha = result.metrics.get("sha256")
     tx.record_verification(
@@ -97,4 +103,4 @@ def record_verification(tx: Tx, stage: Stage, todo: int, run_id: int,
         artifact=result.artifacts[0] if result.artifacts else None,
         sha256=sha if isinstance(sha, str) else None, passed=passed, verdict=text,
         checks=[c.to_json() for c in result.checks], metrics=result.metrics,
-        gate=dict(stage.gate))
+        gate=dict(gate))

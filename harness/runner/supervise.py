@@ -22,6 +22,7 @@ from harness.render import safe_line
 from harness.runner.deadline import EtaWatch, duration, stage_scale, stage_timeout
 from harness.runner.evidence import checks_failed_alone, judge, record_verification
 from harness.runner.logs import LOG_FLUSH_BYTES, LOG_FLUSH_SECONDS, Chunk, LogReader
+from harness.runner.offline import offline_context, with_gap
 from harness.runner.ownership import RUNNER, job_key
 from pipeline.actions import StageResult
 from pipeline.errors import ExecutorError, HostUnreachable, JobError, PipelineError
@@ -247,9 +248,14 @@ class Supervisor:
             elif last:
                 why += f": {last}"
             return self.end(stage, todo, run_id, "failed", status.exit_code, why, result)
-        verdict = judge(stage, result, self._missing_outputs(ex, stage))
+        gate = stage.gate
+        if result is not None:
+            # a served benchmark is held to the offline τ of its drafter too
+            gate, offline = offline_context(self.store, self.sid, self.spec, stage)
+            result.metrics = with_gap({**result.metrics, **offline})
+        verdict = judge(stage, result, self._missing_outputs(ex, stage), gate=gate)
         with self.store.write(self.sid, RUNNER) as tx:
-            record_verification(tx, stage, todo, run_id, result, verdict)
+            record_verification(tx, stage, todo, run_id, result, verdict, gate=gate)
         if verdict.problems:
             return self.end(stage, todo, run_id, "failed", status.exit_code,
                             "; ".join(verdict.problems), result)
@@ -306,8 +312,10 @@ class Supervisor:
                 return  # a person decided meanwhile (done, cancelled, blocked): theirs stands
             if outcome.completed:
                 tx.update_todo(todo, status="completed")
-                gated = outcome.stage in {s.name for s in self.spec.stages} and \
+                # a gate of its own, or one the runner implied (served τ against verify's)
+                gated = outcome.stage in {s.name for s in self.spec.stages} and (
                     bool(self.spec.stage(outcome.stage).gate)
+                    or "gate passed: " in (outcome.reason or ""))
                 if gated and outcome.reason:
                     # The numbers that let it through stay on the todo itself.
                     tx.emit("todo.noted", todo_id=todo,

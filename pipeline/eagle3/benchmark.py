@@ -1,6 +1,9 @@
 """Measure the served speedup: the drafter's server against the same target without it.
 
-For each concurrency in ``concurrency`` (e.g. ``[1, 4, 16]``) the fixed prompt set is sent
+These are served numbers: the engine's own decoding (CUDA graphs, batching, its kernels),
+not the reference loop of ``eagle3.verify``, whose speedup is an upper bound no engine
+reaches. For each concurrency in ``concurrency`` (default ``[1, 4, 16, 64]``) the fixed
+prompt set is sent
 to the baseline server, then to the speculative one, ``concurrency`` requests in flight at
 a time, as streaming chat (or completions) requests. Per server and level it measures
 output tokens/s, time to first token (TTFT), time per output token (TPOT) and latency,
@@ -9,20 +12,32 @@ deltas (:mod:`pipeline.vllm_metrics`) give the acceptance rate, mean acceptance 
 per-position acceptance. The speedup at each level is spec tokens/s over baseline tokens/s,
 measured in the same run, minutes apart, so the ratio is fair even on a noisy host.
 
-Metrics for a stage ``gate``: ``speedup_c<N>`` (e.g. ``gate: {min_speedup_c1: 1.05}``),
-``speedup_min``, ``throughput_c<N>``, ``baseline_throughput_c<N>``, ``tpot_p50_ms_c<N>``,
-``ttft_p50_ms_c<N>``, ``acceptance_rate``, ``acceptance_length``,
-``acceptance_per_position`` (a list), ``num_drafts``, ``num_draft_tokens``,
-``num_accepted_tokens``, ``requests_failed``; ``levels`` has everything per level, and
-``out`` (default ``bench.json`` beside the result) every request's timings.
+Metrics for a stage ``gate``: ``speedup_c<N>`` (e.g. ``gate: {min_served_speedup: {at: 1,
+min: 1.3}}``), ``speedup_min``, ``throughput_c<N>``, ``baseline_throughput_c<N>``,
+``tpot_p50_ms_c<N>``, ``baseline_tpot_p50_ms_c<N>``, ``ttft_p50_ms_c<N>``,
+``acceptance_rate``, ``acceptance_length`` (served τ over all levels),
+``acceptance_per_position`` (a list), per level ``acceptance_length_c<N>``,
+``acceptance_rate_c<N>``, ``acceptance_per_position_c<N>``, ``num_drafts``,
+``num_draft_tokens``, ``num_accepted_tokens``, ``requests_failed``; with a baseline,
+``outputs_equal_c<N>`` and ``outputs_equal`` (the share of requests whose answer equals the
+baseline's, token ids where the server returns them, else text) and ``outputs_compared``.
+``served_table`` has the table's rows, ``levels`` everything per level, and ``out`` (default
+``bench.json`` beside the result) every request's timings and answer. The table is printed
+at the end, one line per concurrency.
 
 Checks: ``requests_ok`` (no failed request), ``spec_decode_metrics`` (the speculative
 server exports the counters and drafted), ``spec_counters_consistent`` (no restart between
-scrapes, counters that add up), ``baseline_not_speculating``. A SIGTERM or Ctrl-C stops
+scrapes, counters that add up), ``baseline_not_speculating``, and at temperature 0 with a
+baseline ``outputs_equal_plain``: at the lowest concurrency every answer equals plain
+greedy decoding's (the higher levels are reported; there a batch's kernels may round a
+near-tie the other way). A SIGTERM or Ctrl-C stops
 sending, keeps what was measured (the result says how far it got) and fails the stage.
 
 Prompt files are JSONL: ``{"id", "messages": [...]}`` (chat) or ``{"id", "prompt": "..."}``
-(completion). For the completions endpoint, chat prompts go through the verifier's chat
+(completion). ``exclude`` (generate's or clean's ``samples.jsonl``) and ``samples`` pick the
+held-out prompts the way ``eagle3.verify`` does (:mod:`pipeline.eagle3.heldout`): a prompt
+whose id or user text is a training sample's is skipped, repeats too, and the first
+``samples`` are kept, so served and offline τ are measured on the same prompts. For the completions endpoint, chat prompts go through the verifier's chat
 template (``tokenizer``: the verifier directory; transformers is imported only then), with
 ``enable_thinking`` set from ``reasoning``; for the chat endpoint the server applies it,
 and ``reasoning`` travels as ``chat_template_kwargs``.
@@ -40,6 +55,13 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
+from pipeline.eagle3.bench_report import (
+    OutputComparison,
+    compare_outputs,
+    level_rows,
+    render_table,
+)
+from pipeline.eagle3.heldout import excluded, user_text
 from pipeline.eagle3.load_levels import Interrupted, Level, run_level
 from pipeline.errors import ActionError
 from pipeline.openai_client import get
@@ -55,12 +77,21 @@ class Prompt:
     text: str | None = None
 
 
-def load_prompts(path: Path) -> list[Prompt]:
+def load_prompts(path: Path, *, exclude: Path | None = None,
+                 samples: int | None = None) -> list[Prompt]:
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise ActionError(f"cannot read the prompt set: {exc.strerror or exc}",
                           where=str(path)) from None
+    try:
+        skip_ids, skip_texts = excluded(exclude)
+    except ActionError:
+        raise
+    except OSError as exc:
+        raise ActionError(f"cannot read the training samples: {exc.strerror or exc}",
+                          where=str(exclude)) from None
+    seen: set[str] = set()
     prompts = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -79,14 +110,26 @@ def load_prompts(path: Path) -> list[Prompt]:
                                    and isinstance(m.get("content"), str) for m in msgs):
                 raise ActionError("`messages` must be a list of {role, content} objects",
                                   where=where)
-            prompts.append(Prompt(pid, messages=msgs))
+            prompt = Prompt(pid, messages=msgs)
+            text = user_text(msgs)
         elif isinstance(obj.get("prompt"), str):
-            prompts.append(Prompt(pid, text=obj["prompt"]))
+            prompt = Prompt(pid, text=obj["prompt"])
+            text = " ".join(obj["prompt"].split())
         else:
             raise ActionError("expected `messages` (chat) or `prompt` (completion)",
                               where=where)
+        if exclude is not None or samples is not None:
+            # the held-out selection of pipeline.eagle3.heldout.load_heldout
+            if pid in skip_ids or text in skip_texts or text in seen:
+                continue
+            seen.add(text)
+        prompts.append(prompt)
+        if samples is not None and len(prompts) >= samples:
+            break
     if not prompts:
-        raise ActionError("the prompt set is empty", where=str(path))
+        raise ActionError("the prompt set is empty" if exclude is None else
+                          "no held-out prompt left: every prompt is a training sample's",
+                          where=str(path))
     return prompts
 
 
@@ -96,19 +139,26 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = make_parser(ACTION, "Benchmark the speculative server against the baseline: "
-                            "tokens/s, TTFT, TPOT, acceptance, speedup per concurrency.")
+                            "tokens/s, TTFT, TPOT, served τ and acceptance per position, "
+                            "answers against plain greedy, speedup per concurrency. These "
+                            "are served numbers (the engine's), not eagle3.verify's "
+                            "reference-loop bound.")
     p.add_argument("--url", required=True, help="the speculative server, e.g. "
                                                 "http://127.0.0.1:8001")
     p.add_argument("--baseline-url", help="the same target without speculation")
     p.add_argument("--model", help="model name to request (default: what /v1/models lists)")
     p.add_argument("--baseline-model")
     p.add_argument("--prompts", type=Path, required=True, help="JSONL prompt set")
+    p.add_argument("--exclude", type=Path, help="JSONL of training samples (generate's "
+                                                "samples.jsonl): their prompts are skipped, "
+                                                "as eagle3.verify skips them")
+    p.add_argument("--samples", type=int, help="use the first N (held-out) prompts")
     p.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
     p.add_argument("--tokenizer", help="verifier directory, for its chat template "
                                        "(completions endpoint with chat prompts)")
     add_bool_arg(p, "reasoning", None, "thinking on/off (enable_thinking); unset: the "
                                        "template's default")
-    p.add_argument("--concurrency", type=json.loads, default=[1, 4, 16],
+    p.add_argument("--concurrency", type=json.loads, default=[1, 4, 16, 64],
                    help="JSON list of concurrencies")
     p.add_argument("--requests", type=int, default=None,
                    help="requests per level (default: the prompt count, at least 2x "
@@ -116,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=0.0)
     add_bool_arg(p, "ignore-eos", False, "generate max_tokens every time (vLLM extension)")
+    add_bool_arg(p, "return-token-ids", True, "ask for the generated token ids (vLLM "
+                                              "extension), to compare answers exactly")
     p.add_argument("--warmup", type=int, default=2, help="unmeasured requests per server")
     p.add_argument("--request-timeout", type=float, default=600.0)
     add_bool_arg(p, "require-spec-metrics", True, "fail when the speculative server "
@@ -177,6 +229,8 @@ def _bodies(prompts: list[Prompt], args: argparse.Namespace,
                               "temperature": args.temperature}
     if args.ignore_eos:
         common["ignore_eos"] = True
+    if args.return_token_ids:
+        common["return_token_ids"] = True
     out = []
     template = None
     for p in prompts:
@@ -247,7 +301,11 @@ def run(args: argparse.Namespace) -> StageResult:
         raise ActionError(f"concurrency must be a list of positive integers, got "
                           f"{concurrency!r}")
     api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
-    prompts = load_prompts(args.prompts)
+    if args.samples is not None and args.samples < 1:
+        raise ActionError(f"samples must be at least 1, got {args.samples}")
+    prompts = load_prompts(args.prompts, exclude=args.exclude, samples=args.samples)
+    print(f"{len(prompts)} prompts from {args.prompts}"
+          + (f" (held out from {args.exclude})" if args.exclude else ""), flush=True)
     servers: list[tuple[str, str, str]] = []
     if args.baseline_url:
         base = _base(args.baseline_url)
@@ -292,15 +350,17 @@ def run(args: argparse.Namespace) -> StageResult:
     finally:
         signal.signal(signal.SIGTERM, previous)
     planned = len(servers) * sum(plan.values())
-    _results(result, levels, servers, args, out_path, interrupted, planned)
+    _results(result, levels, servers, args, out_path, interrupted, planned,
+             [p.id for p in prompts])
     return result
 
 
 def _results(result: StageResult, levels: list[Level], servers: list[tuple[str, str, str]],
              args: argparse.Namespace, out_path: Path, interrupted: Level | None,
-             planned: int) -> None:
+             planned: int, prompt_ids: list[str]) -> None:
     m: dict[str, Any] = {}
     speedups: dict[int, float] = {}
+    comparisons: dict[int, OutputComparison] = {}
     by = {(lv.role, lv.concurrency): lv for lv in levels}
     has_baseline = any(role == "baseline" for role, _u, _m in servers)
     for c in dict.fromkeys(lv.concurrency for lv in levels):
@@ -312,6 +372,17 @@ def _results(result: StageResult, levels: list[Level], servers: list[tuple[str, 
             m[f"{prefix}throughput_c{c}"] = s["output_throughput"]
             m[f"{prefix}tpot_p50_ms_c{c}"] = s["tpot_ms"]["p50"]
             m[f"{prefix}ttft_p50_ms_c{c}"] = s["ttft_ms"]["p50"]
+        if spec is not None and spec.spec is not None and spec.spec.present:
+            d = spec.spec
+            m[f"acceptance_length_c{c}"] = _round(d.acceptance_length)
+            m[f"acceptance_rate_c{c}"] = _round(d.acceptance_rate)
+            m[f"acceptance_per_position_c{c}"] = [round(x, 4) for x in
+                                                  d.acceptance_per_position]
+            m[f"num_drafts_c{c}"] = d.drafts
+        if spec is not None and base is not None:
+            comparisons[c] = compare_outputs(spec, base, prompt_ids)
+            if comparisons[c].compared:
+                m[f"outputs_equal_c{c}"] = comparisons[c].share
         if spec and base and not spec.interrupted and not base.interrupted \
                 and spec.throughput and base.throughput:
             speedups[c] = spec.throughput / base.throughput
@@ -333,8 +404,20 @@ def _results(result: StageResult, levels: list[Level], servers: list[tuple[str, 
     failed = sum(len(lv.failed) for lv in levels)
     m["requests_failed"] = failed
     m["requests_completed"] = sum(len(lv.ok) for lv in levels)
+    compared = sum(cmp_.compared for cmp_ in comparisons.values())
+    if compared:
+        m["outputs_equal"] = round(sum(cmp_.equal for cmp_ in comparisons.values())
+                                   / compared, 4)
+        m["outputs_compared"] = compared
+        m["outputs"] = [cmp_.to_json() for cmp_ in comparisons.values()]
+    rows = level_rows(levels, comparisons)
+    m["served_table"] = rows
     m["levels"] = [lv.summary() for lv in levels]
     result.metrics = m
+    if rows:
+        print("served (vLLM; plain = the same verifier without speculation; TPOT p50; τ "
+              "and per position from /metrics over that level):", flush=True)
+        print(render_table(rows), flush=True)
     _write_details(out_path, levels, args)
     result.artifacts.append(str(out_path))
 
@@ -363,6 +446,21 @@ def _results(result: StageResult, levels: list[Level], servers: list[tuple[str, 
                                + ", ".join(total.resets[:3]) + ")")
         result.check("spec_counters_consistent", not problems, value=len(problems),
                      expected=0, message="; ".join(problems) or "counters add up")
+    if has_baseline and args.temperature == 0 and comparisons:
+        low = min(comparisons)
+        first = comparisons[low]
+        others = ", ".join(f"c={c}: {x.equal}/{x.compared}" for c, x in comparisons.items()
+                           if c != low)
+        diff = first.first_difference
+        where = (f"; first difference: request {diff['request']} (prompt {diff['prompt']}) "
+                 f"at {diff['unit']} {diff['at']}, spec {diff['spec']!r} against plain "
+                 f"{diff['baseline']!r}") if diff else ""
+        result.check("outputs_equal_plain", first.compared > 0 and first.equal ==
+                     first.compared, value=f"{first.equal}/{first.compared}",
+                     expected="all equal at temperature 0",
+                     message=f"c={low}: {first.equal}/{first.compared} answers equal plain "
+                             f"greedy ({'token ids' if first.by_tokens else 'text'})"
+                             + (f"; {others}" if others else "") + where)
     if has_baseline:
         base_drafts = sum(lv.spec.drafts for lv in levels
                           if lv.role == "baseline" and lv.spec is not None)

@@ -30,7 +30,7 @@ class HeldOutPrompt:
     ids: list[int]
 
 
-def _user_text(messages: list[dict[str, Any]]) -> str:
+def user_text(messages: list[dict[str, Any]]) -> str:
     return "\n".join(" ".join(str(m.get("content", "")).split()) for m in messages
                      if isinstance(m, dict) and m.get("role") in ("user", "human"))
 
@@ -55,7 +55,7 @@ def excluded(path: Path | None) -> tuple[set[str], set[str]]:
         if obj.get("id") is not None:
             ids.add(str(obj["id"]))
         if isinstance(obj.get("messages"), list):
-            texts.add(_user_text(obj["messages"]))
+            texts.add(user_text(obj["messages"]))
         elif isinstance(obj.get("prompt"), str):
             texts.add(" ".join(obj["prompt"].split()))
     return ids, texts
@@ -94,7 +94,7 @@ def load_heldout(data: Path, tokenizer: Any, *, samples: int, exclude: Path | No
         for lineno, obj in read_jsonl(data):
             counts["read"] += 1
             prompt = parse_prompt(_strip_answer(obj), where=f"{data}:{lineno}")
-            text = _user_text(prompt.messages)
+            text = user_text(prompt.messages)
             if prompt.id in skip_ids or text in skip_texts or text in seen:
                 counts["excluded"] += 1
                 continue

@@ -22,6 +22,11 @@ A verifier bigger than one device: ``--device-map``/``--max-memory`` (accelerate
 placement) or ``--tp-plan auto`` under torchrun (rank 0 writes), see :mod:`.placement`. The
 memory plan is printed before loading.
 
+``--backend vllm`` runs the verifier inside vLLM instead (its ``extract_hidden_states``
+method: the checkpoint as shipped, FP8/INT4 too, ``--tensor-parallel-size``) and writes the
+same shards through the same writer; :mod:`.hidden_states_vllm` holds it and is the only
+module that imports vLLM, when that backend runs.
+
 Resumable: shard boundaries are fixed by the tokens file and ``--shard-tokens``; existing
 shards are checked (header, shapes, token ids, config hash) and skipped. ``--validate`` then
 reads every shard back (shapes, token ids, no NaN/Inf).
@@ -58,6 +63,7 @@ from pipeline.eagle3.shards import INDEX, SHARD_FORMAT, shard_name, validate_sha
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.hidden_states"
+BACKENDS = ("hf", "vllm")
 __all__ = ["Capture", "extract", "plan_batches", "plan_shards"]
 
 
@@ -70,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON list of three distinct layer ids, stored ascending as vLLM "
                         "reads them (default vLLM's [2, N//2, N-3])")
     p.add_argument("--batch-tokens", type=int, default=16384,
-                   help="padded tokens per forward batch")
+                   help="padded tokens per forward batch (--backend vllm: prompt tokens per "
+                        "engine call)")
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--shard-tokens", type=int, default=262144,
                    help="tokens per shard (fixes shard boundaries, so resume is exact)")
@@ -87,6 +94,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--write-buffers", type=int, default=4,
                    help="pinned batch buffers in flight between the verifier and the disk")
     add_bool_arg(p, "validate", True, "read every shard back and check it after extraction")
+    p.add_argument("--backend", choices=BACKENDS, default="hf",
+                   help="hf: the verifier in transformers (placement flags above); vllm: "
+                        "inside vLLM with its extract_hidden_states method, the checkpoint "
+                        "as shipped (FP8/INT4 too), same shards")
+    v = p.add_argument_group("--backend vllm")
+    v.add_argument("--tensor-parallel-size", type=int, default=1,
+                   help="GPUs vLLM shards the verifier over")
+    v.add_argument("--gpu-memory-utilization", type=float, default=0.85,
+                   help="share of each GPU vLLM may take (weights, KV and states cache)")
+    v.add_argument("--engine-scratch", type=Path, default=None,
+                   help="where vLLM's connector writes each request's states before they "
+                        "go into the shards (default: a directory in /dev/shm, else beside "
+                        "the shards)")
+    v.add_argument("--engine-args", type=json_arg, default=None,
+                   help='JSON object of further vllm.LLM arguments, e.g. {"quantization": '
+                        '"fp8", "enable_expert_parallel": true}')
+    add_bool_arg(v, "enforce-eager", False,
+                 "skip vLLM's torch.compile and CUDA graphs (faster start, slower run)")
+    add_bool_arg(v, "trust-remote-code", False, "let vLLM run the checkpoint's own code")
     return p
 
 
@@ -173,8 +199,20 @@ def run(args: argparse.Namespace) -> StageResult:
         raise ActionError(f"tokens are for a vocab of {tokens['vocab_size']}, the verifier "
                           f"has {vcfg['vocab_size']}", where=str(tokens["path"]))
     n = len(tokens["ids"]) if args.limit is None else min(args.limit, len(tokens["ids"]))
-    placement = placement_from_args(args, pick_device(args.device))
-    device = placement.device
+    engine = args.backend == "vllm"
+    if engine:
+        from pipeline.eagle3 import hidden_states_vllm
+
+        hidden_states_vllm.check_args(args)
+        placement = None
+        device = pick_device(args.device)
+    else:
+        if args.tensor_parallel_size != 1:
+            raise ActionError("--tensor-parallel-size is for --backend vllm",
+                              hint="--backend hf spreads a verifier with --tp-plan auto under "
+                                   "torchrun, or --device-map")
+        placement = placement_from_args(args, pick_device(args.device))
+        device = placement.device
     dtype = pick_dtype(args.dtype, device)
     save_dtype = dtype if args.save_dtype == "auto" else pick_dtype(args.save_dtype, device)
     out = Path(args.out)
@@ -182,7 +220,7 @@ def run(args: argparse.Namespace) -> StageResult:
     cfg = {"verifier": str(verifier), "verifier_config": vcfg, "aux_layers": aux_layers,
            "tokens_sha": tok_digest, "samples": n, "shard_tokens": args.shard_tokens,
            "save_dtype": dtype_name(save_dtype)}
-    writes = placement.writes
+    writes = engine or placement.writes
     if not writes:
         args.result = None
     digest = guard_config(out, cfg, stage=ACTION) if writes else config_hash(cfg)
@@ -200,13 +238,13 @@ def run(args: argparse.Namespace) -> StageResult:
     if writes:
         log(f"[hidden_states] {n} samples in {len(plan)} shard(s), {len(done)} done; aux "
             f"layers {aux_layers} of {n_layers}; {dtype_name(dtype)}, "
-            f"{placement.describe()}")
+            f"{placement.describe() if placement else 'vLLM'}")
 
     index = {"format": SHARD_FORMAT, "config_hash": digest, "aux_layers": aux_layers,
              "hidden_size": hidden, "num_layers": n_layers,
              "vocab_size": int(vcfg["vocab_size"]), "verifier": str(verifier),
              "tokens": str(tokens["path"]), "dtype": dtype_name(save_dtype),
-             "total_samples": n, "shards": []}
+             "total_samples": n, "backend": args.backend, "shards": []}
 
     def write_index(finished: list[int]) -> None:
         index["shards"] = [{"file": shard_name(i), "sample_start": plan[i][0],
@@ -221,18 +259,26 @@ def run(args: argparse.Namespace) -> StageResult:
         seq = min(longest, args.batch_tokens)
         work = Workload(batch=max(1, min(args.max_batch_size, args.batch_tokens // seq)),
                         seq=seq, captured=len(aux_layers) + 1)
-        placed = load_placed(verifier, dtype, placement, work, log)
-        result.metrics["memory_plan"] = placed.plan.to_json()
-        stats = extract(placed.model, tokens, plan, todo, aux_layers, out, digest,
-                        placed.input_device, save_dtype, args,
-                        on_shard=lambda i: (finished.append(i), write_index(finished)),
-                        writes=writes)
-        result.metrics.update(stats)
-        peaks = measured_peaks()
-        if peaks:
-            result.metrics["device_peak_gib"] = peaks
-            if writes:
-                log(f"[hidden_states] {peaks_line(peaks, placed.plan)}")
+
+        def on_shard(i: int) -> None:
+            finished.append(i)
+            write_index(finished)
+
+        if engine:  # vLLM places and loads the verifier in its own processes
+            result.metrics.update(hidden_states_vllm.run_engine(
+                verifier, vcfg, tokens, plan, todo, aux_layers, out, digest, dtype,
+                save_dtype, args, on_shard, device, longest))
+        else:
+            placed = load_placed(verifier, dtype, placement, work, log)
+            result.metrics["memory_plan"] = placed.plan.to_json()
+            result.metrics.update(extract(placed.model, tokens, plan, todo, aux_layers, out,
+                                          digest, placed.input_device, save_dtype, args,
+                                          on_shard=on_shard, writes=writes))
+            peaks = measured_peaks()
+            if peaks:
+                result.metrics["device_peak_gib"] = peaks
+                if writes:
+                    log(f"[hidden_states] {peaks_line(peaks, placed.plan)}")
     if not writes:
         return result
     write_index(finished)
@@ -376,25 +422,34 @@ def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], tod
         log(progress.line())
     stats: dict[str, Any] = {"tokens_per_s": round(total / elapsed, 1) if elapsed else None,
                              "extract_seconds": round(elapsed, 2)}
-    if writes and pipeline.stats.bytes:
-        ws = pipeline.stats
-        share = pipeline.stall / elapsed if elapsed else 0.0
-        made = ws.bytes / max(elapsed - pipeline.stall, 1e-9) / 1e9
-        stats.update(written_gb=round(ws.bytes / 1e9, 3),
-                     write_gb_s=round(ws.gb_per_s, 3) if ws.gb_per_s else None,
-                     write_stall_seconds=round(pipeline.stall, 2),
-                     write_stall_share=round(share, 3), produced_gb_s=round(made, 3),
-                     write_method=method, disk_bound=share > DISK_BOUND_SHARE)
-        if share > DISK_BOUND_SHARE:
-            log(f"[hidden_states] the disk is the bottleneck: shards were written at "
-                f"{ws.gb_per_s:.2f} GB/s while the verifier made {made:.2f} GB/s; the forward "
-                f"waited {pipeline.stall:.1f}s ({share:.0%} of the run) for the writer. A "
-                f"faster disk (or /dev/shm), --write-method mmap, or train --online (no "
-                f"shards at all) remove the wait")
-        else:
-            log(f"[hidden_states] writes kept up: {ws.bytes / 1e9:.2f} GB at "
-                f"{ws.gb_per_s:.2f} GB/s, the forward waited {pipeline.stall:.1f}s "
-                f"({share:.0%})")
+    if writes:
+        stats.update(write_report(pipeline, elapsed, method))
+    return stats
+
+
+def write_report(pipeline: WritePipeline, elapsed: float, method: str) -> dict[str, Any]:
+    """The write figures of a finished extraction (either backend), and the one line that
+    says whether the disk was the bottleneck."""
+    if not pipeline.stats.bytes:
+        return {}
+    ws = pipeline.stats
+    share = pipeline.stall / elapsed if elapsed else 0.0
+    made = ws.bytes / max(elapsed - pipeline.stall, 1e-9) / 1e9
+    stats = dict(written_gb=round(ws.bytes / 1e9, 3),
+                 write_gb_s=round(ws.gb_per_s, 3) if ws.gb_per_s else None,
+                 write_stall_seconds=round(pipeline.stall, 2),
+                 write_stall_share=round(share, 3), produced_gb_s=round(made, 3),
+                 write_method=method, disk_bound=share > DISK_BOUND_SHARE)
+    if share > DISK_BOUND_SHARE:
+        log(f"[hidden_states] the disk is the bottleneck: shards were written at "
+            f"{ws.gb_per_s:.2f} GB/s while the verifier made {made:.2f} GB/s; the forward "
+            f"waited {pipeline.stall:.1f}s ({share:.0%} of the run) for the writer. A "
+            f"faster disk (or /dev/shm), --write-method mmap, or train --online (no "
+            f"shards at all) remove the wait")
+    else:
+        log(f"[hidden_states] writes kept up: {ws.bytes / 1e9:.2f} GB at "
+            f"{ws.gb_per_s:.2f} GB/s, the forward waited {pipeline.stall:.1f}s "
+            f"({share:.0%})")
     return stats
 
 

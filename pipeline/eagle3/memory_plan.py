@@ -30,6 +30,8 @@ from pipeline.eagle3.placement import (
     tp_load_kwargs,
     tp_sharded_patterns,
 )
+from pipeline.eagle3.quant_formats import quant_format, stored_parts
+from pipeline.eagle3.quant_support import DENSE, VLLM_HINT, Holding, finish_load, holding
 from pipeline.errors import ActionError
 
 
@@ -99,6 +101,10 @@ class MemoryPlan:
     devices: list[DevicePlan]
     device_map: dict[str, Any] | None = None
     kept: list[str] = field(default_factory=list)  # moved to the first device on purpose
+    quant: str = ""             # the checkpoint's format, when quantized
+    held_as: str = ""           # how transformers holds it (dequantized, or as stored)
+    dense_held: bool = True     # transformers holds bf16/fp32 weights, not the stored ones
+    stored: int = 0             # the weights' bytes as the checkpoint stores them
 
     @property
     def fits(self) -> bool:
@@ -107,7 +113,11 @@ class MemoryPlan:
     def lines(self) -> list[str]:
         head = (f"[memory] verifier {self.params / 1e6:.1f}M params in {self.dtype}, "
                 f"{self.placement}, {self.workload}:")
-        lines = [head] + [f"[memory]   {d.line()}" for d in self.devices]
+        lines = [head]
+        if self.quant:
+            lines.append(f"[memory]   stored as {self.quant}: {gib(self.stored)}; "
+                         f"{self.held_as}")
+        lines += [f"[memory]   {d.line()}" for d in self.devices]
         if self.kept:
             lines.append(f"[memory]   kept on the first device (their weights are read "
                          f"directly): {', '.join(self.kept)}")
@@ -115,7 +125,8 @@ class MemoryPlan:
 
     def to_json(self) -> dict[str, Any]:
         return {"placement": self.placement, "dtype": self.dtype, "params": self.params,
-                "workload": self.workload, "fits": self.fits,
+                "workload": self.workload, "fits": self.fits, "quant": self.quant or None,
+                "held_as": self.held_as or None, "stored_bytes": self.stored,
                 "devices": [d.to_json() for d in self.devices]}
 
     def error(self) -> ActionError:
@@ -123,6 +134,10 @@ class MemoryPlan:
         parts = [f"{d.device} needs {gib(d.total)} (weights {gib(d.weight_bytes)} + "
                  f"activations {gib(d.activations)} + KV {gib(d.kv)}) but has "
                  f"{gib(d.capacity)} {d.capacity_of}" for d in bad]
+        if self.quant and self.dense_held:
+            return ActionError(
+                "memory plan does not fit: " + "; ".join(parts) + f" ({self.quant}: "
+                f"{self.held_as}; as stored it takes {gib(self.stored)})", hint=VLLM_HINT)
         return ActionError(
             "memory plan does not fit: " + "; ".join(parts),
             hint="lower the batch (--batch-tokens/--batch-size), or spread the verifier "
@@ -218,11 +233,20 @@ def _cpu_available() -> int | None:
         return None
 
 
+def verifier_holding(verifier: Path, placement: Placement) -> Holding:
+    """How transformers will hold the verifier's (maybe quantized) weights on the stage's
+    main device; the one-line refusal where it cannot run the format there."""
+    return holding(quant_format(verifier_config(verifier)), placement.device)
+
+
 def memory_plan(verifier: Path, dtype: Any, placement: Placement, work: Workload,
-                model: Any | None = None, keep: list[str] | None = None) -> MemoryPlan:
+                model: Any | None = None, keep: list[str] | None = None,
+                hold: Holding | None = None) -> MemoryPlan:
     """What each device will hold. ``model``: the meta-device model, if already built;
-    ``keep``: modules that must stay on the map's first device."""
+    ``keep``: modules that must stay on the map's first device; ``hold``: how the weights
+    are held (:func:`verifier_holding`, asked here when not given)."""
     cfg = verifier_config(verifier)
+    hold = hold if hold is not None else verifier_holding(verifier, placement)
     model = model if model is not None else meta_model(verifier, dtype)
     itemsize = dtype.itemsize
     # Parameters and buffers by name, once each (tied weights share one parameter).
@@ -233,6 +257,12 @@ def memory_plan(verifier: Path, dtype: Any, placement: Placement, work: Workload
             seen.add(id(t))
             tensors.append((name, t))
     params = sum(t.numel() for n, t in model.named_parameters())
+    # Bytes by held dtype per tensor: a quantized checkpoint's projections as stored (FP8
+    # values plus block scales) where transformers keeps them so, else dense.
+    held = {name: hold.bytes_by_dtype(name, tuple(t.shape), t.element_size(),
+                                      dtype_name(t.dtype)) for name, t in tensors}
+    stored = sum(sum(stored_parts(hold.fmt, name, tuple(t.shape), 2).values())
+                 for name, t in tensors) if hold.fmt is not None else 0
 
     device_map: dict[str, Any] | None = None
     moved: list[str] = []
@@ -257,15 +287,13 @@ def memory_plan(verifier: Path, dtype: Any, placement: Placement, work: Workload
     plans: dict[Any, DevicePlan] = {}
     world = world_size() if placement.tp else 1
     sharded = tp_sharded_patterns(model) if placement.tp else []
-    for name, t in tensors:
+    for name, _t in tensors:
         dev = where(name)
         dp = plans.setdefault(dev, DevicePlan(device_label(dev)))
-        nbytes = t.numel() * t.element_size()
-        if sharded and any(p.fullmatch(name.rsplit(".", 1)[0]) or p.fullmatch(name)
-                           for p in sharded):
-            nbytes //= world
-        key = dtype_name(t.dtype)
-        dp.weights[key] = dp.weights.get(key, 0) + nbytes
+        split = world if sharded and any(p.fullmatch(name.rsplit(".", 1)[0]) or
+                                         p.fullmatch(name) for p in sharded) else 1
+        for key, nbytes in held[name].items():
+            dp.weights[key] = dp.weights.get(key, 0) + nbytes // split
         layer = _layer_of(name)
         if layer is not None and layer not in dp.layers:
             dp.layers.append(layer)
@@ -293,7 +321,7 @@ def memory_plan(verifier: Path, dtype: Any, placement: Placement, work: Workload
         host = plans[exec_of(dev)]
         host.kv += kv_layer * len(dp.layers)
         if dev in offloaded:  # one offloaded layer's weights at a time, on its exec device
-            biggest = max(_layer_sizes(tensors, where, dev).values(), default=0)
+            biggest = max(_layer_sizes(tensors, where, dev, held).values(), default=0)
             sizes[exec_of(dev)] = max(sizes.get(exec_of(dev), 0), biggest)
     for dev in {exec_of(d) for d, dp in plans.items() if dp.layers}:
         plans[dev].activations += act + sizes.get(dev, 0)
@@ -312,15 +340,16 @@ def memory_plan(verifier: Path, dtype: Any, placement: Placement, work: Workload
     return MemoryPlan(placement=placement.describe(), dtype=dtype_name(next(
         (t.dtype for _, t in model.named_parameters() if t.is_floating_point()), dtype)),
         params=params, workload=work.describe(), devices=[plans[d] for d in order],
-        device_map=device_map, kept=moved)
+        device_map=device_map, kept=moved, quant=hold.fmt.label if hold.fmt else "",
+        held_as=hold.why, dense_held=hold.mode == DENSE, stored=stored)
 
 
-def _layer_sizes(tensors, where, dev) -> dict[int, int]:
+def _layer_sizes(tensors, where, dev, held) -> dict[int, int]:
     sizes: dict[int, int] = {}
-    for name, t in tensors:
+    for name, _t in tensors:
         layer = _layer_of(name)
         if layer is not None and where(name) == dev:
-            sizes[layer] = sizes.get(layer, 0) + t.numel() * t.element_size()
+            sizes[layer] = sizes.get(layer, 0) + sum(held[name].values())
     return sizes
 
 
@@ -336,9 +365,11 @@ class Placed:
 
 def plan_or_fail(verifier: Path, dtype: Any, placement: Placement, work: Workload,
                  log: Any, keep: list[str] | None = None) -> tuple[MemoryPlan, Any]:
-    """Print the memory plan; raise its one-line error when it does not fit."""
+    """Print the memory plan; raise its one-line error when it does not fit (or, before
+    anything is built, when transformers cannot run the checkpoint's format here)."""
+    hold = verifier_holding(verifier, placement)
     model = meta_model(verifier, dtype)
-    plan = memory_plan(verifier, dtype, placement, work, model=model, keep=keep)
+    plan = memory_plan(verifier, dtype, placement, work, model=model, keep=keep, hold=hold)
     if placement.writes:
         for line in plan.lines():
             log(line)
@@ -364,13 +395,18 @@ def load_placed(verifier: Path, dtype: Any, placement: Placement, work: Workload
     from pipeline.eagle3.common import check_verifier_weights, load_verifier
 
     plan, _meta = plan_or_fail(verifier, dtype, placement, work, log, keep=keep)
-    if not placement.spread and not placement.tp:
-        model = load_verifier(verifier, placement.device, dtype)
+    # A quantized checkpoint loads straight onto its GPU: transformers keeps FP8 as stored
+    # only when it places the weights itself.
+    direct = bool(plan.quant) and getattr(placement.device, "type", "") == "cuda"
+    if not placement.spread and not placement.tp and not direct:
+        model = finish_load(load_verifier(verifier, placement.device, dtype))
         return Placed(model, placement.device, plan, placement)
     check_verifier_weights(verifier)
     kwargs: dict[str, Any] = {"dtype": dtype}
     if placement.tp:
         kwargs.update(tp_load_kwargs())
+    elif not placement.spread:
+        kwargs["device_map"] = {"": accelerate_key(placement.device)}
     else:
         kwargs["device_map"] = plan.device_map
         if placement.offload_folder is not None:
@@ -380,8 +416,8 @@ def load_placed(verifier: Path, dtype: Any, placement: Placement, work: Workload
     except (OSError, ValueError, RuntimeError) as exc:
         raise ActionError(f"cannot load the verifier ({str(exc).splitlines()[0][:300]})",
                           where=str(verifier)) from None
-    model.eval()
-    if placement.tp:
+    model = finish_load(model).eval()
+    if placement.tp or not placement.spread:
         return Placed(model, placement.device, plan, placement)
     return Placed(model, input_device_of(plan.device_map or {}, placement.device), plan,
                   placement)

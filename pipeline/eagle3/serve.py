@@ -40,6 +40,7 @@ from pipeline.vllm_server import (
     port_in_use,
     port_owner,
     serve_argv,
+    startup_phases,
 )
 
 ACTION = "eagle3.serve"
@@ -211,6 +212,8 @@ def run(args: argparse.Namespace) -> StageResult:
         "num_speculative_tokens": args.num_speculative_tokens if speculative else 0,
         "tensor_parallel_size": args.tensor_parallel_size,
         "command": shlex.join(argv),
+        # what vLLM's own log says the start cost (model load, torch.compile, CUDA graphs)
+        "startup_phases": startup_phases(pump.lines),  # type: ignore[union-attr]
     }
     result.check("server_healthy", True, value=round(startup, 1), expected=f"< "
                  f"{args.health_timeout:g}s", message=f"{url}/health answered {health}")

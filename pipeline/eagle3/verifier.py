@@ -219,7 +219,11 @@ def build_config(args: argparse.Namespace, vocab: int, *, bos: int, eos: int):
         v_head_dim=head, n_routed_experts=args.experts,
         num_experts_per_tok=args.experts_per_token, n_shared_experts=1,
         moe_intermediate_size=max(8, args.intermediate_size // 4), first_k_dense_replace=1,
-        n_group=1, topk_group=1, num_nextn_predict_layers=0)
+        n_group=1, topk_group=1, num_nextn_predict_layers=0,
+        # The router transformers implements (sigmoid scores, a correction bias), named as
+        # DeepSeek-V3 and Kimi-K2 ship it: without these keys vLLM routes with softmax and
+        # no bias, another model.
+        topk_method="noaux_tc", scoring_func="sigmoid")
 
 
 def _portable_tokenizer_class(path: Path) -> None:

@@ -15,12 +15,15 @@ saying what to do:
    projected speedup; against an untrained drafter and, with ``--previous``, an earlier
    checkpoint.
 
-Metrics the gate reads (``gate: {min_acceptance_length: 2.0, min_position_acceptance: 0.6,
-min_projected_speedup: 1.1}``): ``acceptance_length`` (= ``tau``), ``position_acceptance``
-(= ``acceptance_per_position``, vLLM's per-position rates), ``projected_speedup`` (from the
-measured step costs) and ``measured_speedup`` (the loop's wall clock), all declared in
-``pipeline.actions.ACTION_METRICS``. On a CPU both speedups are only indicative of a GPU:
-the summary says so, and ``metric_notes`` carries it into every gate line that uses them.
+Metrics the gate reads (``gate: {min_acceptance_length: 2.0, min_position_acceptance:
+0.6}``): ``acceptance_length`` (= ``tau``) and ``position_acceptance`` (=
+``acceptance_per_position``, vLLM's per-position rates), declared in
+``pipeline.actions.ACTION_METRICS``. The speed figures are the reference loop's:
+``reference_speedup_bound`` (its wall clock; the loop runs Python between steps and no CUDA
+graphs, so no engine reaches it) and ``projected_speedup`` (from its median step costs).
+They are reported and shown, labelled, but refused as gates (:mod:`pipeline.served_gates`):
+speed is held on the served benchmark (``min_served_speedup`` on ``eagle3.benchmark``).
+On a CPU they are even less telling: the summary says so, and ``metric_notes`` carries it.
 The summary line carries the headline numbers; ``sha256`` is the checkpoint's weights'.
 
     python -m pipeline.eagle3.verify --checkpoint drafter --verifier verifier \\
@@ -54,7 +57,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 def build_parser() -> argparse.ArgumentParser:
     p = make_parser(ACTION, "Verify an EAGLE-3 drafter checkpoint: structure, vLLM "
-                            "compatibility, and measured acceptance and speedup.")
+                            "compatibility, and measured acceptance (its speed figures are the "
+                            "reference loop's, an upper bound, not served).")
     p.add_argument("--checkpoint", type=Path, required=True,
                    help="exported drafter directory (eagle or speculators format), a "
                         "training checkpoint, or train's output directory (its latest)")

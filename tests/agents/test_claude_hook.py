@@ -89,7 +89,16 @@ def test_real_transcript_todowrites_through_the_hook(db_path: Path, tmp_path: Pa
     assert len(calls) == 7
     for i, payload in enumerate(calls):
         r = hook(db_path, payload)
-        assert r.returncode == 0 and r.stdout == b"", (i, r.stderr)
+        assert r.returncode == 0, (i, r.stderr)
+        if i == 3:
+            # The agent's next write after the person's changes is told of them, once.
+            notice = json.loads(r.stdout)["hookSpecificOutput"]
+            assert notice["hookEventName"] == "PostToolUse"
+            assert notice["additionalContext"].splitlines()[1:] == [
+                "- t5 status 'pending' -> 'blocked' ('licence server down') by human",
+                "- t8 'Ask about the PDK licence' was added by human (pending, high)"]
+        else:
+            assert r.stdout == b"", (i, r.stdout)
         if i == 2:
             # Meanwhile a person blocks the pending routing step and adds an item.
             for args in (["block", "t5", "--reason", "licence server down"],

@@ -58,6 +58,8 @@ def test_task_tools_and_task_events_make_one_list(db_path: Path) -> None:
     assert [(t.num, t.content, t.status, t.depends_on) for t in todos] == [
         (1, "Regenerate 10K samples with <think> kept", "completed", []),
         (2, "Build the vocab mapping (d2t/t2d)", "pending", [1])]
+    # Fix 1: TaskCreated (no activeForm) comes first; PostToolUse's activeForm still lands.
+    assert todos[0].active_form == "Regenerating 10K samples"
     assert todos[1].active_form == "Building the vocab mapping"
     notes = [e.payload["text"] for e in events if e.kind == "todo.noted"]
     assert notes == ["Reasoning goes back in as <think>...</think> before the answer",

@@ -77,3 +77,21 @@ def test_a_bad_plan_never_fails_codex(db_path: Path, tmp_path: Path) -> None:
     assert r.returncode == 0 and r.stdout == b""
     log = (tmp_path / "data" / "logs" / "hooks.log").read_text()
     assert "unknown status 'done'" in log
+
+
+def test_a_persons_change_rides_on_the_next_prompt_once(db_path: Path) -> None:
+    hook(db_path, payload("post-tool-use-update-plan"))
+    prompt = {**payload("session-start-startup"), "hook_event_name": "UserPromptSubmit",
+              "prompt": "carry on"}
+    prompt.pop("source", None)
+    assert hook(db_path, prompt).stdout == b""  # nothing new since Codex's own plan
+    r = harness_subprocess(["--session", "eagle3", "prio", "t3", "high"],
+                           env={"HARNESS_DB": str(db_path)})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(hook(db_path, prompt).stdout)
+    spec = out["hookSpecificOutput"]
+    assert spec["hookEventName"] == "UserPromptSubmit"
+    assert spec["additionalContext"] == (
+        "todo-harness: the todo list changed since you last saw it:\n"
+        "- t3 priority 'medium' -> 'high' by human")
+    assert hook(db_path, prompt).stdout == b""  # told once

@@ -161,3 +161,53 @@ def test_missing_directory_is_a_one_line_error(tmp_path: Path, db_path: Path) ->
                            env={"HARNESS_DB": str(db_path)})
     assert r.returncode == 2
     assert r.stderr.decode().count("\n") == 1 and "does not exist" in r.stderr.decode()
+
+
+CODEX_DATA = ROOT / "tests" / "data" / "codex"
+
+
+def test_a_call_codex_refused_is_skipped_as_the_hooks_skip_it(db_path: Path,
+                                                              tmp_path: Path) -> None:
+    # Two rollouts written by Codex 0.171.0 itself (tests/data/codex/, long texts trimmed):
+    # the same update_plan call, answered "unsupported call: update_plan" while
+    # [tools.update_plan] was off, and "Plan updated" once it was on.
+    root = tmp_path / "sessions"
+    day = root / "2026" / "12" / "02"
+    day.mkdir(parents=True)
+    refused = day / "rollout-refused.jsonl"
+    refused.write_bytes((CODEX_DATA / "rollout-update-plan-refused.jsonl").read_bytes())
+    r = harness_subprocess(["watch-codex", str(root), "--once", "--backfill"],
+                           env={"HARNESS_DB": str(db_path)})
+    assert r.returncode == 0, r.stderr
+    assert "refused by Codex (unsupported call: update_plan)" in r.stdout.decode()
+    assert state(db_path)[0] == []
+    (day / "rollout-enabled.jsonl").write_bytes(
+        (CODEX_DATA / "rollout-update-plan-enabled.jsonl").read_bytes())
+    r = harness_subprocess(["watch-codex", str(root), "--once"],
+                           env={"HARNESS_DB": str(db_path)})
+    assert r.returncode == 0, r.stderr
+    assert state(db_path)[0] == [("Regenerate samples", "in_progress"),
+                                 ("Train drafter", "pending")]
+
+
+def test_a_call_waits_for_its_answer_while_the_rollout_grows(db_path: Path,
+                                                             tmp_path: Path) -> None:
+    lines = (CODEX_DATA / "rollout-update-plan-refused.jsonl").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if '"function_call_output"' in line)
+    root = tmp_path / "sessions"
+    root.mkdir()
+    rollout = root / "rollout-2026-12-02T15-35-03-x.jsonl"
+    proc = start(db_path, root, "--backfill")
+    try:
+        rollout.write_text("\n".join(lines[:at]) + "\n")  # the call, not yet its answer
+        time.sleep(0.5)
+        with rollout.open("a") as fh:
+            fh.write("\n".join(lines[at:]) + "\n")
+        deadline = time.monotonic() + 30
+        log = tmp_path / "data" / "logs" / "watch-codex.log"
+        while not (log.exists() and "refused by Codex" in log.read_text()):
+            assert time.monotonic() < deadline, "the refused call was never decided"
+            time.sleep(0.1)
+    finally:
+        stop(proc)
+    assert state(db_path)[0] == []

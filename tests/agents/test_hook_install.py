@@ -37,24 +37,25 @@ def test_claude_code_install_keeps_other_hooks_and_is_idempotent(tmp_path: Path)
     assert dry.returncode == 0, dry.stderr
     diff = dry.stdout.decode()
     assert diff.startswith(f"--- {settings}\n+++ {settings}\n")
-    assert '+            "matcher": "TodoWrite|TaskCreate|TaskUpdate",' in diff or \
-        '"TodoWrite|TaskCreate|TaskUpdate"' in diff
+    assert '"TodoWrite|TaskCreate|TaskUpdate|TaskList|TaskGet"' in diff
     assert settings.read_text() == before  # a dry run writes nothing
     r = install("claude-code", tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "added the harness hooks (PostToolUse, TaskCreated, TaskCompleted, PreCompact, " \
-           "PostCompact, SessionStart)" in r.stdout.decode()
+    assert "added the harness hooks (PostToolUse, PreToolUse, UserPromptSubmit, TaskCreated, " \
+           "TaskCompleted, PreCompact, PostCompact, SessionStart)" in r.stdout.decode()
     doc = json.loads(settings.read_text())
     assert doc["permissions"] == THEIRS["permissions"]
     hooks = doc["hooks"]
     assert hooks["Stop"] == THEIRS["hooks"]["Stop"]
     assert hooks["PostToolUse"][0] == THEIRS["hooks"]["PostToolUse"][0]
     ours = hooks["PostToolUse"][1]
-    assert ours["matcher"] == "TodoWrite|TaskCreate|TaskUpdate"
+    assert ours["matcher"] == "TodoWrite|TaskCreate|TaskUpdate|TaskList|TaskGet"
+    assert hooks["PreToolUse"][0]["matcher"] == "TaskList|TaskGet"
     assert ours["hooks"][0]["type"] == "command"
     assert ours["hooks"][0]["command"].endswith("hook claude-code")
     assert hooks["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
-    for event in ("TaskCreated", "TaskCompleted", "PreCompact", "PostCompact"):
+    for event in ("UserPromptSubmit", "TaskCreated", "TaskCompleted", "PreCompact",
+                  "PostCompact"):
         assert "matcher" not in hooks[event][0]
     after = settings.read_text()
     again = install("claude-code", tmp_path)
@@ -74,8 +75,11 @@ def test_an_older_install_gains_only_the_events_it_lacks(tmp_path: Path) -> None
     assert r.returncode == 0, r.stderr
     doc = json.loads(settings.read_text())
     assert doc["hooks"]["PostToolUse"] == old["hooks"]["PostToolUse"]  # left as it was
-    assert set(doc["hooks"]) == {"PostToolUse", "TaskCreated", "TaskCompleted", "PreCompact",
-                                 "PostCompact", "SessionStart"}
+    assert "note: the harness's PostToolUse hook matches 'TodoWrite|TaskCreate|TaskUpdate', " \
+           "not TaskList, TaskGet: set its matcher to " \
+           "'TodoWrite|TaskCreate|TaskUpdate|TaskList|TaskGet' for them" in r.stdout.decode()
+    assert set(doc["hooks"]) == {"PostToolUse", "PreToolUse", "UserPromptSubmit", "TaskCreated",
+                                 "TaskCompleted", "PreCompact", "PostCompact", "SessionStart"}
 
 
 def test_user_scope_and_a_custom_command(tmp_path: Path) -> None:

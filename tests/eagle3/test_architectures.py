@@ -33,6 +33,8 @@ def test_deepseek_verifier_is_kimi_shaped(arch_pipeline):
     assert cfg["q_lora_rank"] and cfg["kv_lora_rank"]  # LoRA-ranked q and kv (MLA)
     assert cfg["first_k_dense_replace"] == 1 and cfg["n_shared_experts"] == 1
     assert cfg["n_routed_experts"] == 4 and cfg["num_experts_per_tok"] == 2
+    # the router as DeepSeek-V3/Kimi-K2 name it, so vLLM builds the same one
+    assert (cfg["topk_method"], cfg["scoring_func"]) == ("noaux_tc", "sigmoid")
     model = AutoModelForCausalLM.from_pretrained(str(d["verifier"]))
     layers = model.model.layers
     assert hasattr(layers[0].mlp, "gate_proj") and not hasattr(layers[0].mlp, "experts")
@@ -111,16 +113,14 @@ def test_verify_runs_the_functional_checks(arch_trained, arch, tmp_path):
     assert checks["loads"].passed
     m = result.metrics
     assert m["k"] == 3 and m["tau"] >= 1.0
-    assert isinstance(m["measured_speedup"], float) and isinstance(m["projected_speedup"], float)
-    # the gate holds the *measured* speedup through the harness's own gate code
-    items = gate_items({"min_measured_speedup": 0.0, "max_measured_speedup": 1e9}, m)
-    assert [i.value for i in items] == [m["measured_speedup"]] * 2
-    assert all(i.passed for i in items)
-    (failing,) = gate_items({"min_measured_speedup": m["measured_speedup"] + 1.0}, m)
-    assert not failing.passed and failing.metric == "measured_speedup"
-    # every threshold of the H200 example's gate reads a metric the stage really emits
+    # the reference loop's speed is reported under a name that says what it is
+    assert isinstance(m["reference_speedup_bound"], float)
+    assert isinstance(m["projected_speedup"], float) and "measured_speedup" not in m
+    assert "not served" in m["metric_notes"]["reference_speedup_bound"]
+    # every threshold of the H200 example's verify gate reads a metric the stage emits,
+    # and none of them is a speed (speed is gated on the served benchmark)
     h200 = load_spec(ROOT / "examples" / "eagle3-h200.yaml").stage("verify")
-    assert "min_measured_speedup" in h200.gate
+    assert not any("speedup" in key for key in h200.gate)
     assert all(i.value is not None for i in gate_items(h200.gate, m))
 
 

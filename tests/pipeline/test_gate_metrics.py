@@ -42,7 +42,7 @@ def test_a_misspelt_gate_metric_is_refused_with_did_you_mean(tmp_path: Path) -> 
 def test_a_far_off_name_lists_what_the_action_reports(tmp_path: Path) -> None:
     r = run_cli(["check", str(spec_with_gate(tmp_path, {"max_zzz": 1}))])
     assert r.code == 1 and "a gate takes min_METRIC or max_METRIC of: " in r.err
-    assert "projected_speedup" in r.err
+    assert "position_acceptance" in r.err
 
 
 def test_a_run_stage_cannot_have_a_gate(tmp_path: Path) -> None:

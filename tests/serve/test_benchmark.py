@@ -143,3 +143,84 @@ def test_a_secondary_served_name_keeps_the_spec_counters(tmp_path: Path, fake_se
     checks = {c["name"]: c for c in doc["checks"]}
     assert checks["spec_decode_metrics"]["passed"], checks["spec_decode_metrics"]
     assert doc["metrics"]["num_drafts"] > 0 and doc["metrics"]["acceptance_length"] > 1
+
+
+def test_each_level_has_its_served_figures_its_table_and_its_outputs_compared(
+        tmp_path: Path, fake_server) -> None:
+    base_url, base_record = fake_server()
+    spec_url, _ = fake_server("--fake-acceptance", "0.9,0.6,0.3", spec=SPEC)
+    code, doc, out = benchmark(tmp_path, "--url", spec_url, "--baseline-url", base_url,
+                               "--prompts", CHAT_PROMPTS, "--concurrency", "[1, 2]",
+                               "--max-tokens", "24", "--warmup", "0")
+    assert code == 0, out
+    m = doc["metrics"]
+    # τ per level from that level's own counter deltas; together they are the total
+    per_level = [lv["spec_decode"] for lv in m["levels"] if lv["role"] == "spec"]
+    assert [lv["num_drafts"] for lv in per_level] == [m["num_drafts_c1"], m["num_drafts_c2"]]
+    assert m["num_drafts_c1"] + m["num_drafts_c2"] == m["num_drafts"]
+    for c, lv in zip((1, 2), per_level, strict=True):
+        assert m[f"acceptance_length_c{c}"] == pytest.approx(
+            1 + lv["num_accepted_tokens"] / lv["num_drafts"], abs=1e-4)
+        assert len(m[f"acceptance_per_position_c{c}"]) == 3
+    # the same greedy answers, compared token id by token id (asked for on every request)
+    assert all(r["body"]["return_token_ids"] is True for r in sent(base_record))
+    assert m["outputs_equal_c1"] == m["outputs_equal_c2"] == m["outputs_equal"] == 1.0
+    assert m["outputs_compared"] == 2 * 17
+    assert [o["by_tokens"] for o in m["outputs"]] == [17, 17]
+    checks = {c["name"]: c for c in doc["checks"]}
+    assert checks["outputs_equal_plain"]["passed"]
+    assert checks["outputs_equal_plain"]["message"] == (
+        "c=1: 17/17 answers equal plain greedy (token ids); c=2: 17/17")
+    # one table, a line per concurrency, the same numbers as the metrics
+    rows = {r["concurrency"]: r for r in m["served_table"]}
+    assert rows[2]["speedup"] == pytest.approx(m["speedup_c2"], abs=1e-3)
+    assert rows[1]["tau"] == m["acceptance_length_c1"]
+    assert rows[1]["plain_tpot_ms"] == m["baseline_tpot_p50_ms_c1"]
+    table = out[out.index("served (vLLM"):].splitlines()
+    assert table[1].split("|")[0].strip() == "c" and "served τ" in table[1]
+    assert [line.split("|")[0].strip() for line in table[3:5]] == ["1", "2"]
+    assert table[3].rstrip().endswith("17/17")
+    assert f"{m['speedup_c1']:.2f}x" in table[3]
+
+
+def test_a_lossy_engine_fails_the_outputs_check_and_says_where(tmp_path: Path,
+                                                               fake_server) -> None:
+    base_url, _ = fake_server()
+    spec_url, _ = fake_server("--fake-diverge-after", "5", spec=SPEC)
+    code, doc, _out = benchmark(tmp_path, "--url", spec_url, "--baseline-url", base_url,
+                               "--prompts", CHAT_PROMPTS, "--concurrency", "[1]",
+                               "--max-tokens", "12", "--warmup", "0", "--requests", "3")
+    m = doc["metrics"]
+    assert m["outputs_equal_c1"] == 0.0 and m["outputs_equal"] == 0.0
+    check = next(c for c in doc["checks"] if c["name"] == "outputs_equal_plain")
+    assert not check["passed"] and check["value"] == "0/3"
+    assert "first difference: request 0 (prompt chat-01) at token 5, spec [6, 7" in \
+        check["message"], check["message"]
+    assert "against plain [5, 6" in check["message"]
+    assert code != 0
+
+
+def test_held_out_prompts_are_picked_as_verify_picks_them(tmp_path: Path,
+                                                          fake_server) -> None:
+    url, record = fake_server(spec=SPEC)
+    prompts = tmp_path / "prompts.jsonl"
+    rows = [("a", "one"), ("b", "two"), ("c", "three"), ("d", "two"), ("e", "four"),
+            ("f", "five"), ("g", "six")]
+    prompts.write_text("".join(json.dumps({"id": i, "messages": [
+        {"role": "user", "content": t}]}) + "\n" for i, t in rows))
+    samples = tmp_path / "samples.jsonl"   # generate's output: trained on a and "four"
+    samples.write_text(json.dumps({"id": "a", "messages": [
+        {"role": "user", "content": "one"}, {"role": "assistant", "content": "x"}]}) + "\n"
+        + json.dumps({"id": "zz", "messages": [{"role": "user", "content": " four "}]})
+        + "\n")
+    code, doc, out = benchmark(tmp_path, "--url", url, "--prompts", str(prompts),
+                               "--exclude", str(samples), "--samples", "3",
+                               "--concurrency", "[1]", "--max-tokens", "4", "--warmup", "0")
+    assert code == 0, out
+    sent_texts = [r["body"]["messages"][0]["content"] for r in sent(record)]
+    assert sent_texts == ["two", "three", "five"]  # b, c, f: not a, d (repeat), e (trained)
+    assert f"3 prompts from {prompts} (held out from {samples})" in out
+
+    code, doc, out = benchmark(tmp_path, "--url", url, "--prompts", str(samples),
+                               "--exclude", str(samples))
+    assert code != 0 and "no held-out prompt left" in (doc.get("error") or out)

@@ -201,7 +201,11 @@ def test_full_pipeline_measures_speedup_and_stops_what_it_started(world, store: 
     assert "meets >= 0.001" in v.verdict and "acceptance_length " in v.verdict
     assert {c["name"] for c in v.checks} == {"requests_ok", "spec_decode_metrics",
                                             "spec_counters_consistent",
-                                            "baseline_not_speculating"}
+                                            "baseline_not_speculating",
+                                            "outputs_equal_plain"}
+    # greedy: the drafter's server answered every request as the plain one did
+    assert all(c["passed"] for c in v.checks)
+    assert b["outputs_equal_c1"] == b["outputs_equal_c2"] == 1.0
 
     # the kept server stops with `harness cancel RUN`, engine child and all
     after = cancel_run(store, spec_run.id)
@@ -338,11 +342,11 @@ def test_benchmark_interrupted_halfway_keeps_its_figures_and_stops_servers(
     assert wait_gone(w.spec_port) == []
 
 
-def _serving_while_benchmarking(w) -> Path:
+def _serving_while_benchmarking(w, requests: int = 200) -> Path:
     """A spec whose benchmark runs long enough to be interrupted while the server serves."""
     return write_spec(w.tmp / "serve.yaml", w.hosts, [
         serve("serve_spec", w, w.spec_port, extra=("--fake-step-ms", "40")),
-        bench(w, ["serve_spec"], baseline=False, concurrency=[1], requests=200),
+        bench(w, ["serve_spec"], baseline=False, concurrency=[1], requests=requests),
     ])
 
 
@@ -459,3 +463,50 @@ def test_preflight_names_every_problem(world, store: Store) -> None:
     assert not v.passed and v.kind == "eagle3.preflight"
     passed = {c["name"] for c in v.checks if c["passed"]}
     assert {"vllm_installed", "model_files", "log_disk"} <= passed
+
+
+@pytest.mark.parametrize("tty", ["-tt", "-T"], ids=["with-a-pty", "without-a-pty"])
+def test_a_lost_ssh_session_stops_the_servers(world, tmp_path: Path, db_path: Path,
+                                              sshd, tty: str,
+                                              default_stop_signals: None) -> None:
+    # `harness run` started over SSH (on the real test sshd), then the connection is lost:
+    # the client is killed outright, as when a laptop sleeps or the network drops. With a
+    # pty, sshd hangs it up: SIGHUP, the harness stops watching and stops the servers at
+    # once. Without one nothing signals it and its writes to the dead channel fail, which
+    # it ignores (the store has the log), so it runs the pipeline to its end, as under
+    # nohup, and stops the servers then. Either way no server outlives the run.
+    w = world
+    requests = 200 if tty == "-tt" else 40
+    spec = _serving_while_benchmarking(w, requests)
+    remote = (f"cd {shlex.quote(str(ROOT))} && exec env PYTHONPATH={shlex.quote(str(ROOT))} "
+              f"HARNESS_DB={shlex.quote(str(db_path))} {shlex.quote(sys.executable)} -m "
+              f"harness run {shlex.quote(str(spec))}")
+    client = subprocess.Popen(
+        ["ssh", tty, "-i", str(sshd.user_key), "-p", str(sshd.port),
+         "-o", f"UserKnownHostsFile={sshd.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+         "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", f"{sshd.user}@{sshd.address}",
+         remote], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+    store = Store.open(str(db_path))
+    try:
+        _until_benchmarking(store, lambda: None if client.poll() is None
+                            else f"ssh exited with {client.returncode}")
+        assert fake_processes(w.spec_port), "the server should be up while benchmarking"
+        client.kill()  # the connection is gone; nothing reaches the remote side any more
+        client.wait(10)
+        end = time.monotonic() + (60 if tty == "-tt" else 300)
+        while True:
+            serve_run = next(r for r in store.runs() if r.stage == "serve_spec")
+            if (serve_run.job or {}).get("service", {}).get("state") == "stopped":
+                break
+            assert time.monotonic() < end, f"the server was not stopped: {serve_run.job}"
+            time.sleep(0.2)
+        assert wait_gone(w.spec_port) == []
+        bench_run = next(r for r in store.runs() if r.stage == "benchmark")
+        if tty == "-T":  # it carried on: the benchmark finished before the server stopped
+            assert bench_run.state == "succeeded", bench_run.state
+            assert bench_run.result["metrics"]["requests_completed"] == requests
+    finally:
+        if client.poll() is None:
+            client.kill()
+        _clean_up(store)

@@ -10,7 +10,7 @@ import sys
 from tests.conftest import ROOT
 
 MODULES = ["pipeline.eagle3.preflight", "pipeline.eagle3.serve", "pipeline.eagle3.benchmark",
-           "pipeline.eagle3.load_levels",
+           "pipeline.eagle3.load_levels", "pipeline.eagle3.bench_report", "pipeline.eagle3.heldout",
            "pipeline.vllm_compat", "pipeline.vllm_probe", "pipeline.vllm_drafter",
            "pipeline.vllm_metrics",
            "pipeline.vllm_server",

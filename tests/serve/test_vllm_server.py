@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from pipeline.service import ServiceRecord, group_members, process_start_time, stop_argv, stop_group
-from pipeline.vllm_server import error_line, port_in_use, port_owner, serve_argv
+from pipeline.vllm_server import error_line, port_in_use, port_owner, serve_argv, startup_phases
 from tests.sshd import free_port
 
 
@@ -113,3 +113,23 @@ def test_stop_argv_does_the_same_through_a_shell() -> None:
     assert out.stdout.split() == ["killed"], out.stderr
     proc.wait(5)
     assert group_members(proc.pid) == []
+
+
+def test_startup_phases_read_from_a_real_vllm_log() -> None:
+    # lines of vLLM 0.26.0's log on the H200 (2026-12-02), a drafter's graphs added
+    lines = [
+        "(EngineCore pid=820) INFO 12-02 15:25:11 [model_runner.py:305] Model loading took "
+        "0.06 GiB and 2.374410 seconds",
+        "(EngineCore pid=820) INFO 12-02 15:25:33 [monitor.py:53] torch.compile took 21.67 s "
+        "in total",
+        "(EngineCore pid=820) INFO 12-02 15:25:40 [model_runner.py:747] Graph capturing "
+        "finished in 3 secs, took 0.28 GiB",
+        "(EngineCore pid=820) INFO 12-02 15:25:41 [model_runner.py:747] Graph capturing "
+        "finished in 2 secs, took 0.10 GiB",
+        "(EngineCore pid=820) INFO 12-02 15:25:58 [core.py:340] init engine (profile, create "
+        "kv cache, warmup model) took 46.64 s (compilation: 21.67 s)",
+        "(APIServer pid=692) INFO:     Application startup complete.",
+    ]
+    assert startup_phases(lines) == {"model_load_s": 2.374, "torch_compile_s": 21.67,
+                                     "cuda_graphs_s": 5.0, "engine_init_s": 46.64}
+    assert startup_phases(["INFO: nothing here"]) == {}

@@ -44,19 +44,19 @@ def test_a_failing_gate_is_a_failed_verification_with_the_numbers(good, variants
     r = run_cli(["--db", db_url, "verify", str(variants("lm_head_permuted")), "--verifier",
                  str(good["verifier"]), "--data", str(good["prompts"]), "--exclude",
                  str(good["exclude"]), "--samples", "4", "--max-new-tokens", "32",
-                 "--gate", "min_acceptance_length=2.0", "--gate", "min_projected_speedup=1.1",
-                 "--json"])
+                 "--gate", "min_acceptance_length=2.0", "--gate",
+                 "min_position_acceptance=0.5", "--json"])
     assert r.code == 1, r.err
     out = json.loads(r.out)
     assert not out["passed"]
     verdict = out["verdict"]
     assert verdict.startswith("gate failed: acceptance ") and "at k=3" in verdict
     assert "gate needs acceptance_length ≥ 2 (measured 1" in verdict
-    assert "projected_speedup ≥ 1.1 (measured 0." in verdict
+    assert "position_acceptance pos1 ≥ 0.5 (measured 0" in verdict
     with Store.open(db_url) as store:
         (v,) = store.verifications()
     assert not v.passed and v.gate == {"min_acceptance_length": 2.0,
-                                       "min_projected_speedup": 1.1}
+                                       "min_position_acceptance": 0.5}
     assert v.metrics["tau"] < 1.2 and v.todo_id is None
 
 

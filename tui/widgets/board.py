@@ -27,6 +27,7 @@ from textual.strip import Strip
 
 from harness.render import BADGE, GLYPH, SECTION, safe_line
 from state.fold import STATUS_GROUP, TodoState, board_key, unmet_dependencies
+from tui.views import narrow_figures
 
 ORDER: tuple[str, ...] = tuple(sorted(STATUS_GROUP, key=STATUS_GROUP.__getitem__))
 NARROW = 60  # cells for a row's text and extras below which the extras go short
@@ -368,8 +369,7 @@ class Board(ScrollView, can_focus=True):
         extras: list[tuple[str, str]] = []
         figures = self._figures.get(t.num)
         if figures:
-            extras.append((figures.replace("τ ", "τ").replace("  ", " ") if narrow
-                           else figures, "figures"))
+            extras.append((narrow_figures(figures) if narrow else figures, "figures"))
         waits = self._waits.get(t.num)
         if waits:
             ids = ", ".join(f"t{d}" for d in waits)

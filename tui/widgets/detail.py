@@ -212,7 +212,7 @@ class DetailPane(Widget):
             self._show_history()
         tabs.get_tab("tab-verification").label = (f"Verification ({len(view.verifications)})"
                                               if view.verifications else "Verification")
-        self.query_one(VerificationPanel).show(view.verifications)
+        self.query_one(VerificationPanel).show(view.verifications, view.comparisons)
         log = self.query_one(LogTail)
         if not view.live:
             log.show_message("Logs are shown live only; leave replay (esc) to follow them.")

@@ -3,9 +3,12 @@ and the gate's verdict; earlier attempts stay selectable.
 
 A result is :class:`state.fold.VerificationState`: ``checks`` is a list of
 ``{name, passed, value, expected, message}``, ``metrics`` holds e.g.
-``acceptance_per_position`` (a list of rates), ``tau`` (mean acceptance length) and
-``projected_speedup``, and ``gate`` the thresholds it was held to
-(``{min_acceptance_length: 2.0, min_projected_speedup: 1.1}``).
+``acceptance_per_position`` (a list of rates), ``tau`` (mean acceptance length) and the
+speed: a benchmark's served ``speedup_c<N>``, or the verify stage's reference-loop figures
+(``reference_speedup_bound``, ``projected_speedup``: upper bounds, labelled as such), and
+``gate`` the thresholds it was held to (``{min_acceptance_length: 2.0}``). When a served
+benchmark of the same checkpoint exists, the report puts offline and served side by side
+(:mod:`harness.served_view`).
 """
 
 from __future__ import annotations
@@ -23,16 +26,21 @@ from textual.widgets.option_list import Option
 
 from harness.gates import gate_items
 from harness.render import safe_line
+from harness.served_view import Comparison, reference_bound
 from state.fold import VerificationState
 from tui.text import block, clock, line, number
 from tui.views import verification_figures
 
 BAR_WIDTH = 24
 _EIGHTHS = " ▏▎▍▌▋▊▉"
-# Gate thresholds name the metric they hold; these metrics go by another name.
+# Gate thresholds name the metric they hold; these metrics go by another name (a store
+# written before the rename calls the reference loop's speedup measured_speedup). A
+# served "speedup" has no alias: no offline figure stands in for it.
 _METRIC_ALIASES = {"acceptance_length": "tau", "mean_acceptance_length": "tau",
-                   "speedup": "projected_speedup"}
-SHOWN_METRICS = ("acceptance_per_position", "tau", "projected_speedup")
+                   "reference_speedup_bound": "measured_speedup",
+                   "measured_speedup": "reference_speedup_bound"}
+SHOWN_METRICS = ("acceptance_per_position", "tau", "projected_speedup",
+                 "reference_speedup_bound", "measured_speedup")
 
 
 def bar(fraction: float, width: int = BAR_WIDTH) -> Text:
@@ -57,7 +65,11 @@ def gate_rows(gate: dict[str, Any], metrics: dict[str, Any]) -> list[tuple[Text,
     rows = []
     for item in gate_items(gate, known):
         value = Text()
-        if item.value is None:
+        if item.says:  # a line in words (served τ against offline τ): both numbers
+            value.append("✓ " if item.passed else "✗ ",
+                         style="bold green" if item.passed else "bold red")
+            value.append(item.says)
+        elif item.value is None:
             value.append(_shown(item.threshold))
         else:
             value.append("✓ " if item.passed else "✗ ",
@@ -90,8 +102,10 @@ def attempt_label(v: VerificationState) -> Text:
     return out
 
 
-def report(v: VerificationState, width: int = 100) -> Table:
-    """One attempt, all of it, as a renderable (laid out for ``width`` cells)."""
+def report(v: VerificationState, width: int = 100,
+           comparisons: tuple[Comparison, ...] = ()) -> Table:
+    """One attempt, all of it, as a renderable (laid out for ``width`` cells), with the
+    offline and served figures side by side when ``comparisons`` pair it with another."""
     compact = width < 60
     out = Table.grid(padding=(0, 1), expand=True)
     out.add_column()
@@ -134,11 +148,20 @@ def report(v: VerificationState, width: int = 100) -> Table:
         figures.append("τ ", style="bold")
         figures.append(number(m["tau"]))
         figures.append(" (mean acceptance length)   ", style="dim")
-    if "projected_speedup" in m:
-        figures.append("projected speedup ", style="bold")
-        figures.append(f"{number(m['projected_speedup'])}x")
+    bound = reference_bound(m)
+    if bound is not None or "projected_speedup" in m:
+        figures.append("speed (reference loop, not served) ", style="bold")
+        if bound is not None:
+            figures.append(f"≤{number(bound)}x bound")
+        if "projected_speedup" in m:
+            figures.append(", " if bound is not None else "")
+            figures.append(f"{number(m['projected_speedup'])}x projected")
     if figures:
         out.add_row(figures)
+    for c in comparisons:
+        if c.served.id == v.id or (c.offline is not None and c.offline.id == v.id):
+            out.add_row(Text(c.title[0].upper() + c.title[1:], style="bold"))
+            out.add_row(comparison_table(c))
     others = {k: val for k, val in m.items() if k not in SHOWN_METRICS}
     if others:
         more = Table.grid(padding=(0, 1))
@@ -149,6 +172,17 @@ def report(v: VerificationState, width: int = 100) -> Table:
         out.add_row(more)
 
     return out
+
+
+def comparison_table(c: Comparison) -> Table:
+    """Offline (the reference loop) and served (the engine) in their own columns."""
+    table = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim")
+    table.add_column(Text(""), style="dim", no_wrap=True)
+    table.add_column(Text("offline (ref. loop)"), overflow="fold")
+    table.add_column(Text("served (vLLM)"), overflow="fold")
+    for what, offline, served in c.rows():
+        table.add_row(Text(what), Text(offline), Text(served))
+    return table
 
 
 def verdict_badge(v: VerificationState) -> Text:
@@ -256,6 +290,7 @@ class VerificationPanel(Widget):
         super().__init__()
         self._results: dict[str, VerificationState] = {}
         self._chosen: int | None = None
+        self._comparisons: tuple[Comparison, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield Static(Text("No verification results for this todo."), id="verification-empty")
@@ -263,7 +298,9 @@ class VerificationPanel(Widget):
         with VerticalScroll():
             yield Static(id="verification-report")
 
-    def show(self, results: tuple[VerificationState, ...]) -> None:
+    def show(self, results: tuple[VerificationState, ...],
+             comparisons: tuple[Comparison, ...] = ()) -> None:
+        self._comparisons = comparisons
         attempts = self.query_one("#attempts", OptionList)
         ids = [f"v{v.id}" for v in reversed(results)]
         if ids != list(self._results):
@@ -310,7 +347,7 @@ class VerificationPanel(Widget):
             self._chosen = int(next(iter(self._results))[1:])
         chosen = self.chosen
         assert chosen is not None
-        target.update(report(chosen, self.size.width or 100))
+        target.update(report(chosen, self.size.width or 100, self._comparisons))
 
     def on_resize(self) -> None:
         if self._results:

@@ -1,0 +1,153 @@
+"""How long the harness hooks hold up the real Claude Code, timed from its own stream.
+
+    .venv/bin/python bench/claude_hook_latency.py            # one table
+    .venv/bin/python bench/claude_hook_latency.py --rounds 30 --json
+
+Claude Code (the pinned version, from npm: tests/agents/real/npm.py) runs ``-p`` against
+the scripted Anthropic API of tests/agents/real/anthropic_server.py, which makes it call
+``TaskCreate`` once and then ``TaskUpdate`` (status flipping) and ``TaskList`` for
+``--rounds`` rounds. With ``--output-format stream-json --include-hook-events`` Claude
+Code writes a ``hook_started`` and a ``hook_response`` line around every hook it runs; a
+hook's latency is the time between the two lines' arrival (read as they come, so it
+includes Claude Code's own spawn and pipe handling).
+
+Two projects, the same script, in the same run: one with the hooks ``harness hook
+claude-code install`` writes, and a baseline with the same events hooked to ``cat
+>/dev/null`` (what any command hook costs inside Claude Code). The table gives each hook
+event's median for both, and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.agents.real.anthropic_server import (  # noqa: E402
+    AnthropicServer,
+    Reply,
+    Request,
+    ToolCall,
+)
+from tests.agents.real.claude_run import ClaudeProject  # noqa: E402
+
+
+def script(rounds: int):  # type: ignore[no-untyped-def]
+    steps = [Reply(calls=[ToolCall("TaskCreate", {"subject": "Train the drafter",
+                                                  "description": "3 epochs",
+                                                  "activeForm": "Training the drafter"})])]
+    for i in range(rounds):
+        status = "in_progress" if i % 2 == 0 else "pending"
+        steps.append(Reply(calls=[ToolCall("TaskUpdate", {"taskId": "1", "status": status})]))
+        steps.append(Reply(calls=[ToolCall("TaskList", {})]))
+
+    def answer(req: Request, before: list[Request]) -> Reply:
+        if not req.agent_turn or req.compaction:
+            return Reply(text="A title.")
+        k = len(before)
+        return steps[k] if k < len(steps) else Reply(text="done.")
+
+    return answer, len(steps) + 5
+
+
+def timed_run(project: ClaudeProject) -> dict[str, list[float]]:
+    """Run Claude Code once; every hook's latency in ms, by hook name."""
+    argv = [str(project.claude), "-p", "Plan the work as tasks.", "--output-format",
+            "stream-json", "--verbose", "--include-hook-events"]
+    proc = subprocess.Popen(argv, cwd=project.dir, env=project.env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    started: dict[str, float] = {}
+    out: dict[str, list[float]] = {}
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        now = time.perf_counter()
+        if not line.startswith("{"):
+            continue
+        ev = json.loads(line)
+        if ev.get("type") != "system":
+            continue
+        if ev.get("subtype") == "hook_started":
+            started[ev["hook_id"]] = now
+        elif ev.get("subtype") == "hook_response" and ev.get("hook_id") in started:
+            out.setdefault(ev["hook_name"], []).append(
+                (now - started.pop(ev["hook_id"])) * 1000)
+    if proc.wait(timeout=600) != 0:
+        raise SystemExit(f"claude exited {proc.returncode}")
+    return out
+
+
+def project(tmp: Path, rounds: int, baseline: bool) -> tuple[AnthropicServer, ClaudeProject]:
+    answer, limit = script(rounds)
+    api = AnthropicServer(answer, max_requests=limit)
+    api.__enter__()
+    claude = ClaudeProject(tmp, api)
+    if baseline:
+        settings = claude.dir / ".claude" / "settings.json"
+        doc = json.loads(settings.read_text())
+        for groups in doc["hooks"].values():
+            for group in groups:
+                group["hooks"] = [{"type": "command", "command": "cat >/dev/null"}]
+        settings.write_text(json.dumps(doc, indent=2))
+    return api, claude
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=15,
+                    help="TaskUpdate + TaskList rounds per run (default 15)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args()
+    results: dict[str, dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="claude-hook-bench-") as tmp:
+        for name, baseline in (("baseline", True), ("harness", False)):
+            where = Path(tmp) / name
+            where.mkdir()
+            api, claude = project(where, args.rounds, baseline)
+            try:
+                results[name] = timed_run(claude)
+            finally:
+                api.__exit__()
+            if not baseline:
+                log = claude.hook_log()
+                if log:
+                    raise SystemExit(f"the harness hooks logged errors:\n{log}")
+    names = sorted(set(results["harness"]) | set(results["baseline"]))
+    rows = []
+    for hook_name in names:
+        ours = results["harness"].get(hook_name, [])
+        base = results["baseline"].get(hook_name, [])
+        if not ours or not base:
+            continue
+        mo, mb = statistics.median(ours), statistics.median(base)
+        rows.append({"hook": hook_name, "n": len(ours), "harness_ms": round(mo, 1),
+                     "baseline_ms": round(mb, 1), "ratio": round(mo / mb, 2) if mb else None})
+    every = [x for v in results["harness"].values() for x in v]
+    every_base = [x for v in results["baseline"].values() for x in v]
+    total = {"hook": "all hooks", "n": len(every),
+             "harness_ms": round(statistics.median(every), 1),
+             "baseline_ms": round(statistics.median(every_base), 1),
+             "ratio": round(statistics.median(every) / statistics.median(every_base), 2)}
+    rows.append(total)
+    if args.json:
+        print(json.dumps({"rounds": args.rounds, "rows": rows}, indent=2))
+        return
+    print(f"Claude Code hook latency, median ms, {args.rounds} rounds "
+          f"(baseline: the same hooks as `cat >/dev/null`)")
+    print(f"{'hook':28} {'n':>4} {'harness':>9} {'baseline':>9} {'ratio':>6}")
+    for r in rows:
+        print(f"{r['hook']:28} {r['n']:>4} {r['harness_ms']:>9} {r['baseline_ms']:>9} "
+              f"{r['ratio']:>6}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()

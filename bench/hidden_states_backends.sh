@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# bench/hidden_states_backends.py on the GPU host, with the vLLM that
+# ../shared/tools/vllm-h200/ carries (unpacked by .device/unpack.sh into /tmp/vsite):
+#
+#   bash .device/unpack.sh && bash bench/hidden_states_backends.sh [--budget-s N] [--only h200,deepseek,quantized,deepseek_fp8]
+#
+# Log and JSON go to $OUT (default runs/hidden_states_backends); stdout ends with the table.
+set -o pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD:/tmp/vsite" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
+  TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 TOKENIZERS_PARALLELISM=false
+OUT="${OUT:-$PWD/runs/hidden_states_backends}"
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
+df -h /dev/shm /tmp >> "$OUT/gpu.txt" 2>&1
+python3 bench/hidden_states_backends.py --out "$OUT" "$@" 2>&1 | tee "$OUT/log" \
+  | grep -E "^\[bench|^verifier |^h200 |^deepseek|Traceback|Error|error:" | tail -n 80

@@ -1,0 +1,132 @@
+"""PostgreSQL without SQLAlchemy: a store URL read by hand, and psycopg connections set up
+as the SQLAlchemy engine sets them up.
+
+A ``todowrite`` on PostgreSQL is a fresh process like any other, and importing SQLAlchemy
+(to parse the URL and make the engine) and SQLModel (to list the applied migrations) cost
+it ~0.6 s of its ~0.9 s (docs/PERFORMANCE.md, "Everyday commands"). So the everyday
+reads and writes (:class:`state.connection.Connections`) connect with psycopg directly;
+the engine (:mod:`state.engine`) is still made, on first use, for migrations, ``harness
+db`` and change watching.
+
+Only the plain URLs are read here: ``postgresql://``, ``postgres://`` or
+``postgresql+psycopg://``, one host, each query key once. Anything else (another driver,
+several hosts) returns None and goes through SQLAlchemy as before. What :func:`render`
+writes is what SQLAlchemy's ``URL.render_as_string`` writes for the same URL (the
+public URL keys the user's config, so both must agree; tests/test_cli_latency_imports.py
+compares them).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, quote, quote_plus, unquote
+
+DRIVER = "postgresql+psycopg"
+_SCHEMES = ("postgresql", "postgres", DRIVER)
+# SQLAlchemy's own pattern (sqlalchemy.engine.url._parse_url), so both read a URL alike.
+_URL = re.compile(r"""
+    (?P<name>[\w\+]+)://
+    (?:(?P<username>[^:/]*)(?::(?P<password>[^@]*))?@)?
+    (?:(?:\[(?P<ipv6host>[^/\?]+)\]|(?P<ipv4host>[^/:\?]+))?(?::(?P<port>[^/\?]*))?)?
+    (?:/(?P<database>[^\?]*))?
+    (?:\?(?P<query>.*))?
+    """, re.X)
+
+
+@dataclass(frozen=True)
+class PgUrl:
+    username: str | None
+    password: str | None
+    host: str | None
+    port: int | None
+    database: str | None
+    query: tuple[tuple[str, str], ...]
+
+
+def parse(target: str) -> PgUrl | None:
+    """The URL's parts, or None when it is not a plain PostgreSQL URL (SQLAlchemy's)."""
+    m = _URL.match(target)
+    if m is None or m["name"] not in _SCHEMES:
+        return None
+    port = m["port"]
+    if port and not port.isdigit():
+        return None
+    query = tuple(parse_qsl(m["query"])) if m["query"] is not None else ()
+    keys = [k for k, _ in query]
+    if len(set(keys)) != len(keys) or "host" in keys or "," in (m["ipv4host"] or ""):
+        return None  # repeated keys, several hosts: SQLAlchemy's rules
+    return PgUrl(
+        username=unquote(m["username"]) if m["username"] is not None else None,
+        password=unquote(m["password"]) if m["password"] is not None else None,
+        host=m["ipv4host"] or m["ipv6host"], port=int(port) if port else None,
+        database=unquote(m["database"]) if m["database"] is not None else None,
+        query=tuple(sorted(query)))
+
+
+def render(url: PgUrl, *, hide_password: bool) -> str:
+    """The URL as SQLAlchemy renders it, with the psycopg driver named."""
+    s = DRIVER + "://"
+    if url.username is not None:
+        s += quote(url.username, safe=" +")
+        if url.password is not None:
+            s += ":" + ("***" if hide_password else quote(url.password, safe=" +"))
+        s += "@"
+    if url.host is not None:
+        s += f"[{url.host}]" if ":" in url.host else url.host
+    if url.port is not None:
+        s += f":{url.port}"
+    if url.database is not None:
+        s += "/" + quote(url.database, safe=" +/")
+    if url.query:
+        s += "?" + "&".join(f"{quote_plus(k)}={quote_plus(v)}" for k, v in url.query)
+    return s
+
+
+def connect(url: PgUrl, *, lock_timeout_ms: int) -> Any:
+    """A psycopg connection as the engine makes them (state/engine.py): READ COMMITTED,
+    not in autocommit, named todo-harness, ``lock_timeout`` set after connecting."""
+    import psycopg
+
+    args: dict[str, Any] = {k: v for k, v in (
+        ("user", url.username), ("password", url.password), ("host", url.host),
+        ("port", url.port), ("dbname", url.database)) if v is not None}
+    args.update(url.query)
+    args.update(application_name="todo-harness", connect_timeout=10)
+    conn = psycopg.connect(**args)
+    try:
+        conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+        conn.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+        conn.commit()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def ping(conn: Any) -> bool:
+    """Whether a pooled connection still answers (the engine's ``pool_pre_ping``): one
+    round trip, outside any transaction."""
+    if conn.closed or conn.broken:
+        return False
+    try:
+        conn.autocommit = True
+        try:
+            conn.execute(";")
+        finally:
+            conn.autocommit = False
+    except Exception:
+        return False
+    return True
+
+
+def idle(conn: Any) -> bool:
+    """Whether a connection has no transaction open (and is fit to pool)."""
+    import psycopg.pq
+
+    return (not conn.closed and not conn.broken
+            and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+
+
+__all__ = ["DRIVER", "PgUrl", "connect", "idle", "parse", "ping", "render"]

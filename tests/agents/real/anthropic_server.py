@@ -1,0 +1,261 @@
+"""A scripted Anthropic Messages API on 127.0.0.1, for the real Claude Code.
+
+Claude Code reaches it through ``ANTHROPIC_BASE_URL`` with a dummy key. The server
+records every request body (the truth of what the agent is shown) and answers each
+``POST /v1/messages``, streaming (server-sent events) or not, with what the test's script
+says: text, tool calls, or both. ``POST /v1/messages/count_tokens`` gets a small count.
+
+The script is a function of the request and the agent turns before it to a
+:class:`Reply`. Loops are bounded: past ``max_requests`` every request is answered with
+a plain "done." (``end_turn``), so the program stops, and the test sees the overrun.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class ToolCall:
+    name: str
+    input: dict[str, Any]
+
+
+@dataclass
+class Reply:
+    text: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+    input_tokens: int = 200
+
+
+@dataclass
+class Request:
+    path: str
+    body: dict[str, Any]
+    at: float = 0.0  # time.time() when it arrived
+
+    @property
+    def text(self) -> str:
+        """The whole body as one string (for ``in`` checks)."""
+        return json.dumps(self.body, ensure_ascii=False)
+
+    @property
+    def tools(self) -> list[str]:
+        return [t.get("name", "") for t in self.body.get("tools") or []
+                if isinstance(t, dict)]
+
+    @property
+    def agent_turn(self) -> bool:
+        """A turn of the agent's own loop (it offers tools), not a side request (a title,
+        a compaction summary)."""
+        return bool(self.tools) and self.path.startswith("/v1/messages") \
+            and not self.path.endswith("count_tokens")
+
+    @property
+    def compaction(self) -> bool:
+        """Claude Code asking for the summary of a compaction (it offers the tools, but
+        tells the model to use none)."""
+        return self.agent_turn and "Respond with TEXT ONLY" in self.last_user_text()
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list(self.body.get("messages") or [])
+
+    def after_last_turn(self) -> list[dict[str, Any]]:
+        """The messages after the model's last turn: tool results, and what Claude Code
+        put beside them (hook context comes as system reminders, or as messages of role
+        ``system``)."""
+        msgs = self.messages
+        last = max((i for i, m in enumerate(msgs) if m.get("role") == "assistant"),
+                   default=-1)
+        return msgs[last + 1:]
+
+    def tool_results(self) -> list[str]:
+        """The text of every tool_result after the model's last turn."""
+        out = []
+        for msg in self.after_last_turn():
+            content = msg.get("content")
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    inner = block.get("content")
+                    if isinstance(inner, str):
+                        out.append(inner)
+                    elif isinstance(inner, list):
+                        out.append("".join(b.get("text", "") for b in inner
+                                           if isinstance(b, dict)))
+        return out
+
+    def last_user_text(self) -> str:
+        """Everything after the model's last turn, as one string."""
+        return json.dumps(self.after_last_turn(), ensure_ascii=False)
+
+
+Script = Callable[[Request, list[Request]], Reply]
+
+
+class AnthropicServer:
+    """``with AnthropicServer(script) as api:`` serves on ``api.url`` until the block ends."""
+
+    def __init__(self, script: Script, *, max_requests: int = 40, model: str = "claude-test"):
+        self.script = script
+        self.max_requests = max_requests
+        self.model = model
+        self.requests: list[Request] = []
+        self.dump_to: Path | None = None  # where the bodies go when the block ends
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    @property
+    def agent_turns(self) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.agent_turn]
+
+    def __enter__(self) -> AnthropicServer:
+        self._thread.start()
+        return self
+
+    def dump(self, path: Path) -> None:
+        """Every request body, to read when a test fails."""
+        with self._lock:
+            path.write_text(json.dumps([{"path": r.path, "at": r.at, "body": r.body}
+                                        for r in self.requests], indent=1, ensure_ascii=False))
+
+    def __exit__(self, *exc: object) -> None:
+        self.dump(self.dump_to) if self.dump_to else None
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    # -- answering ------------------------------------------------------------------------
+    def _reply_for(self, req: Request) -> Reply:
+        with self._lock:
+            before = [r for r in self.requests if r.agent_turn]
+            self.requests.append(req)
+            over = len(self.requests) > self.max_requests
+        if over:
+            return Reply(text="done.")
+        try:
+            return self.script(req, before)
+        except Exception as exc:  # the test's script failed: say so, end the turn
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+            return Reply(text="done.")
+
+    def _message(self, reply: Reply) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        n = next(self._ids)
+        blocks: list[dict[str, Any]] = []
+        if reply.text:
+            blocks.append({"type": "text", "text": reply.text})
+        for i, call in enumerate(reply.calls):
+            blocks.append({"type": "tool_use", "id": f"toolu_{n:04d}_{i}", "name": call.name,
+                           "input": call.input})
+        if not blocks:
+            blocks.append({"type": "text", "text": "done."})
+        usage = {"input_tokens": reply.input_tokens, "output_tokens": 20,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        msg = {"id": f"msg_{n:06d}", "type": "message", "role": "assistant",
+               "model": self.model, "content": blocks,
+               "stop_reason": "tool_use" if reply.calls else "end_turn",
+               "stop_sequence": None, "usage": usage}
+        return msg, blocks
+
+    def _events(self, reply: Reply) -> list[tuple[str, dict[str, Any]]]:
+        msg, blocks = self._message(reply)
+        start = dict(msg, content=[], stop_reason=None,
+                     usage=dict(msg["usage"], output_tokens=1))
+        out: list[tuple[str, dict[str, Any]]] = [
+            ("message_start", {"type": "message_start", "message": start})]
+        for i, block in enumerate(blocks):
+            if block["type"] == "text":
+                out.append(("content_block_start", {"type": "content_block_start", "index": i,
+                                                    "content_block": {"type": "text",
+                                                                      "text": ""}}))
+                delta = {"type": "text_delta", "text": block["text"]}
+            else:
+                out.append(("content_block_start", {
+                    "type": "content_block_start", "index": i,
+                    "content_block": {"type": "tool_use", "id": block["id"],
+                                      "name": block["name"], "input": {}}}))
+                delta = {"type": "input_json_delta",
+                         "partial_json": json.dumps(block["input"], ensure_ascii=False)}
+            out.append(("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                "delta": delta}))
+            out.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+        out.append(("message_delta", {"type": "message_delta",
+                                      "delta": {"stop_reason": msg["stop_reason"],
+                                                "stop_sequence": None},
+                                      "usage": {"output_tokens": 20}}))
+        out.append(("message_stop", {"type": "message_stop"}))
+        return out
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _json(self, code: int, doc: Any) -> None:
+                data = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._json(404, {"type": "error", "error": {"type": "not_found_error",
+                                                            "message": self.path}})
+
+            def do_HEAD(self) -> None:
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def do_POST(self) -> None:
+                import time
+
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {"unparsed": raw.decode("utf-8", "replace")}
+                path = self.path.split("?", 1)[0]
+                if path.endswith("/count_tokens"):
+                    self._json(200, {"input_tokens": 200})
+                    return
+                if not path.endswith("/v1/messages"):
+                    self._json(404, {"type": "error",
+                                     "error": {"type": "not_found_error", "message": path}})
+                    return
+                reply = server._reply_for(Request(path, body, time.time()))
+                if not body.get("stream"):
+                    self._json(200, server._message(reply)[0])
+                    return
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("cache-control", "no-cache")
+                self.send_header("connection", "close")
+                self.end_headers()
+                for name, data in server._events(reply):
+                    self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                self.wfile.flush()
+                self.close_connection = True
+
+        return Handler

@@ -1,0 +1,59 @@
+"""Shared pieces of the real-program tests: a project directory with its own store, and
+the harness command the programs' hooks and plugins run (this checkout, by its full
+path, whatever is on PATH)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from state.store import Store
+from tests.conftest import ROOT
+
+HARNESS_CMD = f"{shlex.quote(sys.executable)} -m harness"
+SESSION = "work"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    proj = tmp_path / "project"
+    proj.mkdir()
+    subprocess.run(["git", "init", "-q", str(proj)], check=True)
+    return proj
+
+
+@pytest.fixture
+def agent_env(tmp_path: Path, project: Path) -> dict[str, str]:
+    """The environment the program (and so its hooks) runs in: one store, one session,
+    this checkout of the harness, a home of its own."""
+    home = tmp_path / "home"
+    home.mkdir()
+    return {**os.environ, "HOME": str(home), "PYTHONPATH": str(ROOT),
+            "HARNESS_DB": str(tmp_path / "state.db"), "HARNESS_SESSION": SESSION,
+            "HARNESS_DATA_DIR": str(tmp_path / "data"), "NO_COLOR": "1"}
+
+
+def harness(env: dict[str, str], *args: str, cwd: Path | None = None,
+            stdin: str = "") -> subprocess.CompletedProcess[str]:
+    r = subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=cwd,
+                       input=stdin, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r
+
+
+def todos(env: dict[str, str]) -> list[dict[str, object]]:
+    with Store.open(env["HARNESS_DB"]) as s:
+        row = s.session_by_name(SESSION)
+        assert row is not None, "the session was never created: no hook ran"
+        return [{"id": t.id, "text": t.content, "status": t.status, "priority": t.priority}
+                for t in s.todos(row.id)]
+
+
+def hook_log(env: dict[str, str]) -> str:
+    path = Path(env["HARNESS_DATA_DIR"]) / "logs" / "hooks.log"
+    return path.read_text() if path.exists() else ""

@@ -1,0 +1,146 @@
+"""Gates on served numbers: their forms as `harness check` validates them (one line naming
+the place), which verify stage a benchmark's τ is held to, and how the gate judges."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.gates import gate_items
+from pipeline.served_gates import offline_pair
+from pipeline.spec import parse_spec
+from tests.conftest import run_cli
+
+
+def _stages(bench_gate: dict[str, Any], *, verify_k: int = 3, serve_k: int = 3,
+            serve_needs: list[str] | None = None, draft: str = "drafter",
+            extra: list[dict] | None = None) -> list[dict]:
+    return [
+        {"name": "verify", "action": "eagle3.verify",
+         "with": {"checkpoint": "drafter", "verifier": "verifier", "k": verify_k}},
+        *(extra or []),
+        {"name": "serve_spec", "action": "eagle3.serve",
+         "needs": ["verify"] if serve_needs is None else serve_needs,
+         "with": {"target": "verifier", "draft": draft, "num_speculative_tokens": serve_k}},
+        {"name": "serve_base", "action": "eagle3.serve",
+         "with": {"target": "verifier", "speculative": False}},
+        {"name": "benchmark", "action": "eagle3.benchmark", "needs": ["serve_spec",
+                                                                      "serve_base"],
+         "with": {"url": "http://127.0.0.1:8001", "prompts": "p.jsonl"}, "gate": bench_gate},
+    ]
+
+
+def _check(tmp_path: Path, stages: list[dict]) -> Any:
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"pipeline": "p", "stages": stages}, sort_keys=False))
+    return run_cli(["check", str(path)])
+
+
+@pytest.mark.parametrize("gate, where, words", [
+    ({"min_served_speedup": 1.3}, "gate.min_served_speedup",
+     "a served speedup holds at a concurrency: write {at: 1, min: 1.3}"),
+    ({"min_served_speedup": {"at": 0, "min": 1.3}}, "gate.min_served_speedup",
+     "`at` must be a concurrency (a positive integer), got 0"),
+    ({"min_served_speedup": [{"at": 1, "min": 1.3}, {"at": 4}]}, "gate.min_served_speedup[1]",
+     "`min` must be a number (the speedup), got None"),
+    ({"min_served_speedup": [{"at": 1, "min": 1.3}, {"at": 1, "min": 1.0}]},
+     "gate.min_served_speedup[1]", "concurrency 1 is held twice"),
+    ({"min_served_speedup": {"at": 1, "min": 1.3, "level": 2}}, "gate.min_served_speedup",
+     "unknown key 'level'"),
+    ({"min_served_speedup": {"at": 32, "min": 1.0}}, "gate.min_served_speedup",
+     "holds the speedup at 32 concurrent requests, but the benchmark's `concurrency` is "
+     "[1, 4, 16]: add 32 to it, or hold a level it measures"),
+    ({"max_served_tau_gap": 10}, "gate.max_served_tau_gap",
+     "between 0 and 1 (0.1 is 10%), got 10"),
+    ({"max_served_tau_gap": {"max": 0.1, "verify": "nope"}}, "gate.max_served_tau_gap",
+     "`verify: nope` names no eagle3.verify stage this benchmark needs"),
+])
+def test_a_bad_served_gate_is_one_line_naming_the_place(tmp_path: Path, gate: dict,
+                                                        where: str, words: str) -> None:
+    r = _check(tmp_path, _stages(gate))
+    assert r.code == 1 and r.err.count("\n") == 1 and "Traceback" not in r.err, r.err
+    assert f"stages[3] (benchmark).{where}: " in r.err and words in r.err, r.err
+
+
+def test_a_served_gate_belongs_on_the_benchmark(tmp_path: Path) -> None:
+    stages = _stages({})
+    stages[0]["gate"] = {"min_served_speedup": {"at": 1, "min": 1.3}}
+    r = _check(tmp_path, stages)
+    assert r.code == 1 and "stages[0] (verify).gate.min_served_speedup: min_served_speedup " \
+        "holds a served benchmark's figures: put it on the eagle3.benchmark stage" in r.err
+
+
+def test_a_good_served_gate_passes_check(tmp_path: Path) -> None:
+    r = _check(tmp_path, _stages({"min_served_speedup": [{"at": 1, "min": 1.3},
+                                                         {"at": 16, "min": 1.0}],
+                                  "max_served_tau_gap": {"max": 0.05, "verify": "verify"}}))
+    assert r.code == 0, r.err
+    assert "  benchmark: served τ held to verify's within 5% (max_served_tau_gap)" in r.out
+    # the implied check is said too, so nobody is surprised by it
+    r = _check(tmp_path, _stages({}))
+    assert r.code == 0 and ("  benchmark: served τ held to verify's within 10% (without a "
+                            "gate key: it serves the checkpoint that stage verified, at the "
+                            "same k)") in r.out
+
+
+def _pair(stages: list[dict]) -> Any:
+    p = parse_spec({"pipeline": "p", "stages": stages})
+    return offline_pair(p.stages, p.stage("benchmark"))
+
+
+def test_the_verify_stage_of_the_served_checkpoint_is_found_and_implied() -> None:
+    pair = _pair(_stages({}))
+    assert pair.verify is not None and pair.verify.name == "verify"
+    assert pair.implied and pair.tolerance == 0.1
+    explicit = _pair(_stages({"max_served_tau_gap": 0.05}))
+    assert not explicit.implied and explicit.tolerance == 0.05
+
+
+def test_no_implied_check_when_the_pair_is_not_the_same_drafter() -> None:
+    assert _pair(_stages({}, serve_needs=[])).verify is None           # verify not upstream
+    assert _pair(_stages({}, draft="other")).verify is None            # another checkpoint
+    assert _pair(_stages({}, serve_k=5)).verify is None                # another k
+
+
+def test_an_asked_for_check_says_why_it_cannot_be_made(tmp_path: Path) -> None:
+    r = _check(tmp_path, _stages({"max_served_tau_gap": 0.1}, serve_k=5))
+    assert r.code == 1 and r.err.rstrip().endswith(
+        "stages[3] (benchmark).gate.max_served_tau_gap: verify measures τ at k=3, the served "
+        "drafter drafts 5 tokens: the τ are not comparable (verify with the same k)"), r.err
+    r = _check(tmp_path, _stages({"max_served_tau_gap": 0.1}, serve_needs=[]))
+    assert r.code == 1 and "no eagle3.verify stage comes before this benchmark" in r.err
+    two = {"name": "verify2", "action": "eagle3.verify",
+           "with": {"checkpoint": "drafter", "verifier": "verifier"}}
+    stages = _stages({"max_served_tau_gap": 0.1}, serve_needs=["verify", "verify2"],
+                     extra=[two])
+    r = _check(tmp_path, stages)
+    assert r.code == 1 and "several eagle3.verify stages upstream measured the served " \
+        "checkpoint (verify, verify2): name one, {max: 0.1, verify: STAGE}" in r.err
+    stages[-1]["gate"] = {"max_served_tau_gap": {"max": 0.1, "verify": "verify2"}}
+    assert _check(tmp_path, stages).code == 0
+
+
+def test_the_gate_judges_each_level_and_the_tau_gap_in_words() -> None:
+    metrics = {"speedup_c1": 1.42, "speedup_c16": 0.97, "acceptance_length": 2.61,
+               "offline_acceptance_length": 3.10, "offline_source": "verify v3"}
+    gate = {"min_served_speedup": [{"at": 1, "min": 1.3}, {"at": 4, "min": 1.0},
+                                   {"at": 16, "min": 1.0}], "max_served_tau_gap": 0.1}
+    c1, c4, c16, gap = gate_items(gate, metrics)
+    assert c1.passed and c1.line == "served_speedup c=1 1.42 meets >= 1.3"
+    assert not c4.passed and c4.line == (
+        "served_speedup c=4 missing: the benchmark measured no speedup at 4 concurrent "
+        "requests (it measured c=1, 16); add 4 to its `concurrency` (gate needs >= 1)")
+    assert not c16.passed and c16.needs == "served_speedup c=16 ≥ 1 (measured 0.97)"
+    assert not gap.passed and gap.value == round(0.49 / 3.10, 4)
+    assert gap.line == ("served τ 2.61 vs offline τ 3.10 of verify v3: 16% apart (tolerance "
+                        "10%); the engine feeds the drafter differently from how it was "
+                        "trained")
+    assert gap.needs.startswith("served τ within 10% of offline τ (served τ 2.61 vs")
+    # no offline τ: the reason the runner found, not a guess
+    (alone,) = gate_items({"max_served_tau_gap": 0.1},
+                          {"acceptance_length": 3.0, "offline_problem": "stage verify has "
+                           "no recorded verification"})
+    assert not alone.passed and "stage verify has no recorded verification" in alone.line

@@ -1,0 +1,106 @@
+"""``harness tui --web``: the same board in a browser tab, served by textual-serve.
+
+textual-serve runs one copy of the app per browser connection, as a child process whose
+terminal is a websocket. We add what it leaves to its user:
+
+- **a token**: the page, its websocket and downloads need it (a query parameter once, then
+  an HttpOnly cookie). Loopback is no privacy on a shared GPU host (every local user can
+  reach 127.0.0.1), so there is a token unless it is turned off, which only a loopback
+  address allows;
+- **same-origin websockets**: a page from another site open in the same browser must not
+  be able to drive the board (the browser sends cookies with a cross-site websocket);
+- **URLs from the request**: the page is told to connect back to the host and port the
+  browser used, so an SSH tunnel to another local port works.
+
+The store and session reach the children through ``HARNESS_DB``/``HARNESS_SESSION`` in
+their environment, not their command line, where other users of the host could read a
+database password.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import secrets
+import shlex
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from textual_serve.server import Server
+
+__all__ = ["COOKIE", "WebBoard", "is_loopback", "new_token"]
+
+COOKIE = "harness_web"
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def child_command(python: str = sys.executable) -> str:
+    """What textual-serve starts per connection (through a shell: it takes a string)."""
+    return shlex.join([python, "-m", "harness", "tui"])
+
+
+class WebBoard(Server):
+    """textual-serve's server, with the token and origin checks in front of it."""
+
+    def __init__(self, *, host: str, port: int, token: str | None, title: str,
+                 env: dict[str, str]):
+        os.environ.update(env)  # the children inherit the server's environment
+        super().__init__(child_command(), host=host, port=port, title=title)
+        self.token = token
+
+    async def _make_app(self) -> web.Application:
+        app = await super()._make_app()
+        app.middlewares.append(self._guard)
+        return app
+
+    def _token_ok(self, request: web.Request) -> bool:
+        if self.token is None:
+            return True
+        given = request.query.get("token") or request.cookies.get(COOKIE) or ""
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        path = request.path
+        if path.startswith("/static/"):
+            return await handler(request)  # textual-serve's own scripts and fonts
+        if not self._token_ok(request):
+            return web.Response(status=403, text="harness tui --web: open the URL with its "
+                                "token (printed when the server started)\n")
+        if path == "/ws" and not _same_origin(request):
+            return web.Response(status=403, text="harness tui --web: cross-origin websocket "
+                                "refused\n")
+        response = await handler(request)
+        if self.token is not None and request.query.get("token"):
+            response.set_cookie(COOKIE, self.token, httponly=True, samesite="Strict", path="/")
+        return response
+
+    async def handle_index(self, request: web.Request) -> Any:
+        # The page must connect back where the browser is (a tunnel's local port, say),
+        # not where the server bound: textual-serve builds its URLs from public_url.
+        self.public_url = f"{request.scheme}://{request.host}"
+        return await super().handle_index(request)
+
+
+def _same_origin(request: web.Request) -> bool:
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True  # not a browser (browsers always send Origin on websockets)
+    return urlsplit(origin).netloc == request.host
