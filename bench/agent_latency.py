@@ -19,31 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from process_timing import harness_exe, latency_rows, print_table, timed_run, todowrite_payloads
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOKS = ROOT / "tests" / "data" / "hooks"
-
-
-def harness_exe() -> list[str]:
-    """The console script agents run (`harness`), beside this interpreter."""
-    script = Path(sys.executable).with_name("harness")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "harness"]
-
-
-def todowrite_payloads() -> list[bytes]:
-    out = []
-    for flip in ("in_progress", "completed"):
-        todos = [{"content": f"Step {i}: measure acceptance on prompt set {i}",
-                  "status": "completed" if i < 10 else (flip if i == 10 else "pending"),
-                  "priority": "medium"} for i in range(30)]
-        out.append(json.dumps({"todos": todos}).encode())
-    return out
 
 
 def hook_todowrite_payloads() -> list[bytes]:
@@ -108,21 +92,11 @@ def measure(runs: int) -> list[dict[str, object]]:
         for i in range(runs):
             for name, argv, stdins, case_env in todo:
                 stdin = stdins[i % len(stdins)]
-                t0 = time.perf_counter()
-                r = subprocess.run(argv, input=stdin, env=case_env, capture_output=True)
-                dt = time.perf_counter() - t0
+                r, dt, _cpu = timed_run(argv, stdin, case_env)
                 if r.returncode != 0 or b"logged to" in r.stderr:
                     raise SystemExit(f"{name} failed: {r.stderr.decode()[-500:]}")
                 times[name].append(dt)
-    base = statistics.median(times[todo[0][0]])
-    rows = []
-    for name, *_ in todo:
-        med = statistics.median(times[name])
-        rows.append({"case": name, "median_ms": round(med * 1000, 1),
-                     "p90_ms": round(statistics.quantiles(times[name], n=10)[-1] * 1000, 1)
-                     if len(times[name]) >= 10 else None,
-                     "ratio": round(med / base, 2), "runs": len(times[name])})
-    return rows
+    return latency_rows(times)
 
 
 def main() -> None:
@@ -135,13 +109,9 @@ def main() -> None:
     if args.json:
         print(json.dumps({"load_1m": load, "cpus": os.cpu_count(), "rows": rows}))
         return
-    width = max(len(str(r["case"])) for r in rows)
     print(f"{args.runs} runs each, interleaved; load average {load:.2f} on "
           f"{os.cpu_count()} CPUs")
-    print(f"{'case':<{width}}  {'median ms':>9}  {'p90 ms':>7}  {'x baseline':>10}")
-    for r in rows:
-        p90 = f"{r['p90_ms']:>7}" if r["p90_ms"] is not None else f"{'':>7}"
-        print(f"{r['case']:<{width}}  {r['median_ms']:>9}  {p90}  {r['ratio']:>10}")
+    print_table(rows)
 
 
 if __name__ == "__main__":

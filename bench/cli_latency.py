@@ -25,35 +25,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
+
+from process_timing import harness_exe, latency_rows, print_table, timed_run, todowrite_payloads
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 Argv = Callable[[int], list[str]]
-
-
-def harness_exe() -> list[str]:
-    """The console script people run (`harness`), beside this interpreter."""
-    script = Path(sys.executable).with_name("harness")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "harness"]
-
-
-def todowrite_payloads() -> list[bytes]:
-    out = []
-    for flip in ("in_progress", "completed"):
-        todos = [{"content": f"Step {i}: measure acceptance on prompt set {i}",
-                  "status": "completed" if i < 10 else (flip if i == 10 else "pending"),
-                  "priority": "medium"} for i in range(30)]
-        out.append(json.dumps({"todos": todos}).encode())
-    return out
 
 
 def setup(tmp: Path, db: str, root: Path = ROOT) -> dict[str, str]:
@@ -145,31 +128,16 @@ def measure(runs: int, with_pg: bool, before: Path | None = None) -> list[dict[s
             for i in range(runs):
                 for name, argv, stdins, case_env in todo:
                     stdin = stdins[i % len(stdins)]
-                    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-                    t0 = time.perf_counter()
-                    r = subprocess.run(argv(i), input=stdin, env=case_env,
-                                       capture_output=True)
-                    dt = time.perf_counter() - t0
-                    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    r, dt, cpu_s = timed_run(argv(i), stdin, case_env)
                     # `next` exits 1 when nothing is ready; anything else is a failure
                     if r.returncode not in (0, 1) or b"error" in r.stderr:
                         raise SystemExit(f"{name} failed: {r.stderr.decode()[-500:]}")
                     times[name].append(dt)
-                    cpu[name].append(c1.ru_utime - c0.ru_utime + c1.ru_stime - c0.ru_stime)
+                    cpu[name].append(cpu_s)
         finally:
             if cluster is not None:
                 cluster.stop()
-    base = statistics.median(times[todo[0][0]])
-    rows = []
-    for name, *_ in todo:
-        med = statistics.median(times[name])
-        rows.append({"case": name, "median_ms": round(med * 1000, 1),
-                     "p90_ms": round(statistics.quantiles(times[name], n=10)[-1] * 1000, 1)
-                     if len(times[name]) >= 10 else None,
-                     "ratio": round(med / base, 2),
-                     "cpu_ms": round(statistics.median(cpu[name]) * 1000, 1),
-                     "runs": len(times[name])})
-    return rows
+    return latency_rows(times, cpu)
 
 
 def main() -> None:
@@ -189,15 +157,9 @@ def main() -> None:
     if args.json:
         print(json.dumps({"load_1m": load, "cpus": os.cpu_count(), "rows": rows}))
         return
-    width = max(len(str(r["case"])) for r in rows)
     print(f"{args.runs} runs each, interleaved; load average {load[0]:.2f} before, "
           f"{load[1]:.2f} after, on {os.cpu_count()} CPUs")
-    print(f"{'case':<{width}}  {'median ms':>9}  {'p90 ms':>7}  {'x baseline':>10}  "
-          f"{'cpu ms':>6}")
-    for r in rows:
-        p90 = f"{r['p90_ms']:>7}" if r["p90_ms"] is not None else f"{'':>7}"
-        print(f"{r['case']:<{width}}  {r['median_ms']:>9}  {p90}  {r['ratio']:>10}  "
-              f"{r['cpu_ms']:>6}")
+    print_table(rows)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ command modules are loaded when a command is named (harness/cli/app.py, COMMANDS
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from typing import Any
 import click
 import pytest
 
-from tests.agents.test_latency_imports import PROBE, TODOS
+from tests import import_probe
 from tests.conftest import ROOT
 
 HEAVY = {"sqlalchemy", "sqlmodel", "pydantic", "pydantic_core", "paramiko", "fabric",
@@ -43,22 +42,12 @@ CASES: dict[str, list[str]] = {
 
 @pytest.fixture(scope="module")
 def warm_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    tmp = tmp_path_factory.mktemp("cli-latency")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_DB": str(tmp / "state.db"),
-           "HARNESS_DATA_DIR": str(tmp / "data"), "HARNESS_CONFIG_DIR": str(tmp / "config"),
-           "HARNESS_SESSION": "bench"}
-    for args, stdin in ((["session", "new", "bench"], ""), (["todowrite"], TODOS)):
-        subprocess.run([sys.executable, "-m", "harness", *args], input=stdin.encode(),
-                       env=env, check=True, capture_output=True, timeout=120)
-    return env
+    return import_probe.warm_store(tmp_path_factory.mktemp("cli-latency"), (
+        (["session", "new", "bench"], ""), (["todowrite"], import_probe.TODOS)))
 
 
-def _probe(env: dict[str, str], args: list[str], stdin: str = "") -> tuple[dict, str]:
-    r = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args), stdin,
-                        json.dumps(sorted(HEAVY))], env=env, capture_output=True, text=True,
-                       timeout=120, cwd=ROOT)
-    line = next(x for x in r.stderr.splitlines() if x.startswith("PROBE "))
-    return json.loads(line[len("PROBE "):]), r.stderr
+def _probe(env: dict[str, str], args: list[str]) -> tuple[dict, str]:
+    return import_probe.probe(env, args, "", HEAVY)
 
 
 @pytest.mark.sqlite
@@ -151,15 +140,11 @@ def test_postgres_todowrite_does_not_import_sqlalchemy(pg_url: str, tmp_path: Pa
            "HARNESS_CONFIG_DIR": str(tmp_path / "config")}
     subprocess.run([sys.executable, "-m", "harness", "todoread"], env=env, check=True,
                    capture_output=True, timeout=120)  # creates the schema (SQLAlchemy)
-    heavy = sorted(HEAVY - {"psycopg"})
-    for args, stdin in ((["todowrite"], TODOS), (["list"], ""), (["show", "t3"], ""),
-                        (["done", "t3"], "")):
-        r = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args), stdin,
-                            json.dumps(heavy)], env=env, capture_output=True, text=True,
-                           timeout=120, cwd=ROOT)
-        line = next(x for x in r.stderr.splitlines() if x.startswith("PROBE "))
-        probe = json.loads(line[len("PROBE "):])
-        assert probe["code"] in (0, None), r.stderr
+    heavy = HEAVY - {"psycopg"}
+    for args, stdin in ((["todowrite"], import_probe.TODOS), (["list"], ""),
+                        (["show", "t3"], ""), (["done", "t3"], "")):
+        probe, err = import_probe.probe(env, args, stdin, heavy)
+        assert probe["code"] in (0, None), err
         assert probe["heavy"] == [], f"{args} on PostgreSQL imported {probe['heavy']}"
     r = subprocess.run([sys.executable, "-m", "harness", "show", "t3"], env=env,
                        capture_output=True, text=True, timeout=120)

@@ -184,6 +184,31 @@ def plan_batches(lengths: list[int], batch_tokens: int, max_batch: int) -> list[
     return batches
 
 
+def open_shard(out: Path, shard: int, span: tuple[int, int], order: list[int],
+               tokens: dict[str, Any], *, digest: str, aux_layers: list[int], hidden: int,
+               save_dtype: Any, method: str, stats: Any) -> StreamingShard:
+    """The writer of shard ``shard`` (samples ``span``), both backends': its rows in
+    ``order`` (the batching's), with the small tensors the trainer reads beside the states
+    (offsets, sample index, input ids, loss mask), all in that order."""
+    import torch
+
+    offsets, input_ids, loss_mask = tokens["offsets"], tokens["input_ids"], tokens["loss_mask"]
+    s, e = span
+    rows = torch.tensor([int(offsets[i + 1] - offsets[i]) for i in order], dtype=torch.int64)
+    shard_offsets = torch.zeros(len(order) + 1, dtype=torch.int64)
+    shard_offsets[1:] = torch.cumsum(rows, 0)
+    meta = {"format": SHARD_FORMAT, "config_hash": digest,
+            "aux_layers": json.dumps(aux_layers), "hidden_size": hidden,
+            "sample_start": s, "num_samples": e - s}
+    ids = torch.cat([input_ids[offsets[i]:offsets[i + 1]] for i in order])
+    mask = torch.cat([loss_mask[offsets[i]:offsets[i + 1]] for i in order])
+    return StreamingShard(
+        out / shard_name(shard), rows=int(shard_offsets[-1]), hidden=hidden,
+        dtype=save_dtype, meta=meta, method=method, stats=stats,
+        small={"offsets": shard_offsets, "sample_index": torch.tensor(order),
+               "input_ids": ids.to(torch.int32), "loss_mask": mask})
+
+
 def run(args: argparse.Namespace) -> StageResult:
     result = StageResult(action=ACTION)
     verifier = Path(args.verifier)
@@ -326,7 +351,7 @@ def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], tod
     capture = Capture(model, aux_layers, out_device=device)
     on_gpu = device.type == "cuda"
     copy_stream = torch.cuda.Stream(device) if on_gpu and writes else None
-    offsets, input_ids, loss_mask = tokens["offsets"], tokens["input_ids"], tokens["loss_mask"]
+    offsets, input_ids = tokens["offsets"], tokens["input_ids"]
     cap = args.batch_tokens
     method = getattr(args, "write_method", "pwrite")
     n_bufs = max(2, int(getattr(args, "write_buffers", 4)))
@@ -351,19 +376,10 @@ def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], tod
                 order = [s + j for batch in batches for j in batch]
                 writer = None
                 if writes:
-                    rows = torch.tensor([lengths[i - s] for i in order], dtype=torch.int64)
-                    shard_offsets = torch.zeros(len(order) + 1, dtype=torch.int64)
-                    shard_offsets[1:] = torch.cumsum(rows, 0)
-                    ids_cpu = torch.cat([input_ids[offsets[i]:offsets[i + 1]] for i in order])
-                    mask_cpu = torch.cat([loss_mask[offsets[i]:offsets[i + 1]] for i in order])
-                    meta = {"format": SHARD_FORMAT, "config_hash": digest,
-                            "aux_layers": json.dumps(aux_layers), "hidden_size": hidden,
-                            "sample_start": s, "num_samples": e - s}
-                    writer = StreamingShard(
-                        out / shard_name(shard), rows=int(shard_offsets[-1]), hidden=hidden,
-                        dtype=save_dtype, meta=meta, method=method, stats=pipeline.stats,
-                        small={"offsets": shard_offsets, "sample_index": torch.tensor(order),
-                               "input_ids": ids_cpu.to(torch.int32), "loss_mask": mask_cpu})
+                    writer = open_shard(out, shard, (s, e), order, tokens, digest=digest,
+                                        aux_layers=aux_layers, hidden=hidden,
+                                        save_dtype=save_dtype, method=method,
+                                        stats=pipeline.stats)
                 cursor = 0
                 for batch in batches:
                     sample_ids = [s + j for j in batch]

@@ -28,7 +28,6 @@ Hugging Face model.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -37,8 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.eagle3.common import Progress, dtype_name, log
-from pipeline.eagle3.shard_writer import StreamingShard, WritePipeline
-from pipeline.eagle3.shards import SHARD_FORMAT, shard_name
+from pipeline.eagle3.shard_writer import WritePipeline
 from pipeline.errors import ActionError
 
 __all__ = ["Engine", "FinalNorm", "VllmEngine", "engine_layer_ids", "extract_with_engine",
@@ -255,10 +253,10 @@ def extract_with_engine(engine: Engine, tokens: dict[str, Any], plan: list[tuple
     """
     import torch
 
-    from pipeline.eagle3.hidden_states import plan_batches, write_report
+    from pipeline.eagle3.hidden_states import open_shard, plan_batches, write_report
 
     ids = engine_layer_ids(aux_layers, num_layers)
-    offsets, input_ids, loss_mask = tokens["offsets"], tokens["input_ids"], tokens["loss_mask"]
+    offsets, input_ids = tokens["offsets"], tokens["input_ids"]
     cap = args.batch_tokens
     method = getattr(args, "write_method", "pwrite")
     n_bufs = max(2, int(getattr(args, "write_buffers", 4)))
@@ -278,20 +276,9 @@ def extract_with_engine(engine: Engine, tokens: dict[str, Any], plan: list[tuple
                                   f"--batch-tokens {cap}", where=str(tokens["path"]))
             order = [s + j for batch in plan_batches([lengths[i] for i in range(s, e)], cap,
                                                      args.max_batch_size) for j in batch]
-            rows = torch.tensor([lengths[i] for i in order], dtype=torch.int64)
-            shard_offsets = torch.zeros(len(order) + 1, dtype=torch.int64)
-            shard_offsets[1:] = torch.cumsum(rows, 0)
-            meta = {"format": SHARD_FORMAT, "config_hash": digest,
-                    "aux_layers": json.dumps(aux_layers), "hidden_size": hidden,
-                    "sample_start": s, "num_samples": e - s}
-            writer = StreamingShard(
-                out / shard_name(shard), rows=int(shard_offsets[-1]), hidden=hidden,
-                dtype=save_dtype, meta=meta, method=method, stats=pipeline.stats,
-                small={"offsets": shard_offsets, "sample_index": torch.tensor(order),
-                       "input_ids": torch.cat([input_ids[offsets[i]:offsets[i + 1]]
-                                               for i in order]).to(torch.int32),
-                       "loss_mask": torch.cat([loss_mask[offsets[i]:offsets[i + 1]]
-                                               for i in order])})
+            writer = open_shard(out, shard, (s, e), order, tokens, digest=digest,
+                                aux_layers=aux_layers, hidden=hidden, save_dtype=save_dtype,
+                                method=method, stats=pipeline.stats)
             cursor = 0
             for group in engine_groups(order, lengths, cap, args.max_batch_size):
                 prompts = [input_ids[offsets[i]:offsets[i + 1]].tolist() for i in group]

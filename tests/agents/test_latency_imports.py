@@ -17,23 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from tests import import_probe
 from tests.conftest import DATA, ROOT
 
 HEAVY = {"sqlalchemy", "sqlmodel", "pydantic", "pydantic_core", "click", "textual", "rich",
          "mcp", "anyio", "jsonschema", "yaml", "fabric", "invoke", "paramiko"}
-PROBE = """
-import io, json, sys
-from harness.cli.main import main
-sys.stdin = io.TextIOWrapper(io.BytesIO(sys.argv[2].encode()), encoding="utf-8")
-try:
-    main(json.loads(sys.argv[1]))
-except SystemExit as exc:
-    code = exc.code
-heavy = sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.argv[3])))
-sys.stderr.write("\\nPROBE " + json.dumps({"code": code, "heavy": heavy}) + "\\n")
-"""
-TODOS = json.dumps({"todos": [{"content": f"step {i}", "status": "pending",
-                               "priority": "medium"} for i in range(30)]})
 
 
 def _hook(name: str) -> str:
@@ -41,7 +29,7 @@ def _hook(name: str) -> str:
 
 
 CASES = {
-    "todowrite": (["todowrite"], TODOS),
+    "todowrite": (["todowrite"], import_probe.TODOS),
     "todoread": (["todoread", "--format", "prompt"], ""),
     "todoread-json": (["todoread", "--format=json"], ""),
     "next": (["next", "--claim", "--actor", "w1"], ""),
@@ -59,15 +47,9 @@ CASES = {
 @pytest.fixture(scope="module")
 def warm_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A store with a list and a known Claude task on it, made by a real harness."""
-    tmp = tmp_path_factory.mktemp("latency")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_DB": str(tmp / "state.db"),
-           "HARNESS_DATA_DIR": str(tmp / "data"), "HARNESS_CONFIG_DIR": str(tmp / "config"),
-           "HARNESS_SESSION": "bench"}
-    for args, stdin in ((["session", "new", "bench"], ""), (["todowrite"], TODOS),
-                        (["hook", "claude-code"], _hook("claude-task-created"))):
-        subprocess.run([sys.executable, "-m", "harness", *args], input=stdin.encode(),
-                       env=env, check=True, capture_output=True, timeout=120)
-    return env
+    return import_probe.warm_store(tmp_path_factory.mktemp("latency"), (
+        (["session", "new", "bench"], ""), (["todowrite"], import_probe.TODOS),
+        (["hook", "claude-code"], _hook("claude-task-created"))))
 
 
 @pytest.mark.sqlite
@@ -75,13 +57,9 @@ def warm_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def test_agent_commands_do_not_import_heavy_modules(warm_store: dict[str, str],
                                                     case: str) -> None:
     args, stdin = CASES[case]
-    r = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args), stdin,
-                        json.dumps(sorted(HEAVY))], env=warm_store, capture_output=True,
-                       text=True, timeout=120, cwd=ROOT)
-    line = next(x for x in r.stderr.splitlines() if x.startswith("PROBE "))
-    probe = json.loads(line[len("PROBE "):])
-    assert probe["code"] in (0, None), r.stderr
-    assert "logged to" not in r.stderr, r.stderr
+    probe, err = import_probe.probe(warm_store, args, stdin, HEAVY)
+    assert probe["code"] in (0, None), err
+    assert "logged to" not in err, err
     assert probe["heavy"] == [], f"{case} imported {probe['heavy']}"
 
 

@@ -35,6 +35,43 @@ def ok(module: ModuleType, tmp: Path, **params: Any) -> StageResult:
     return result
 
 
+@pytest.fixture
+def slow_disk(monkeypatch) -> None:
+    """A disk that takes a batch only once the producer (the forward, or vLLM's engine
+    side) is already waiting for a free buffer, and then takes 0.5 s: every run stalls on
+    the writer, however fast or slow this machine runs the forward."""
+    import threading
+    import time
+
+    from pipeline.eagle3 import shard_writer
+
+    waiting = threading.Event()
+    real_write = shard_writer.StreamingShard._write_piece
+    real_buffer = shard_writer.WritePipeline.buffer
+    real_close = shard_writer.WritePipeline.close
+
+    def slow_write(self, t, at):
+        waiting.wait()
+        time.sleep(0.5)
+        real_write(self, t, at)
+
+    def buffer(self):
+        if self._free.empty():
+            waiting.set()  # the producer waits now: let the disk go
+        got = real_buffer(self)
+        waiting.clear()
+        return got
+
+    def close(self):
+        waiting.set()
+        shard_writer.StreamingShard._write_piece = real_write
+        real_close(self)
+
+    monkeypatch.setattr(shard_writer.StreamingShard, "_write_piece", slow_write)
+    monkeypatch.setattr(shard_writer.WritePipeline, "buffer", buffer)
+    monkeypatch.setattr(shard_writer.WritePipeline, "close", close)
+
+
 def synthetic_samples(n: int, seed: int) -> list[dict[str, Any]]:
     """Generate-shaped samples with known-good reasoning (from the task generator itself)."""
     from pipeline.eagle3 import synthetic

@@ -223,40 +223,9 @@ def test_unsorted_aux_layers_are_stored_ascending(tiny_data, tmp_path, capsys):
     assert rc == 1 and "repeat an id" in result.error
 
 
-def test_a_slow_disk_is_reported_as_the_bottleneck(tiny_data, tmp_path, monkeypatch, capsys):
+def test_a_slow_disk_is_reported_as_the_bottleneck(tiny_data, tmp_path, slow_disk, capsys):
     """A disk that only takes a batch once the forward is already waiting for a buffer
-    (and then takes 0.5 s): the stage measures the wait and says the disk is the
-    bottleneck, however fast or slow this machine runs the forward."""
-    import threading
-    import time
-
-    from pipeline.eagle3 import shard_writer
-
-    waiting = threading.Event()
-    real_write = shard_writer.StreamingShard._write_piece
-    real_buffer = shard_writer.WritePipeline.buffer
-    real_close = shard_writer.WritePipeline.close
-
-    def slow_write(self, t, at):
-        waiting.wait()
-        time.sleep(0.5)
-        real_write(self, t, at)
-
-    def buffer(self):
-        if self._free.empty():
-            waiting.set()  # the forward waits now: let the disk go
-        got = real_buffer(self)
-        waiting.clear()
-        return got
-
-    def close(self):
-        waiting.set()
-        shard_writer.StreamingShard._write_piece = real_write
-        real_close(self)
-
-    monkeypatch.setattr(shard_writer.StreamingShard, "_write_piece", slow_write)
-    monkeypatch.setattr(shard_writer.WritePipeline, "buffer", buffer)
-    monkeypatch.setattr(shard_writer.WritePipeline, "close", close)
+    (``slow_disk``): the stage measures the wait and says the disk is the bottleneck."""
     res = ok(hidden_states, tmp_path, tokens=tiny_data["tokens"], verifier=tiny_data["verifier"],
              out=tmp_path / "h", limit=60, batch_tokens=512, write_buffers=2, device="cpu",
              dtype="float32")

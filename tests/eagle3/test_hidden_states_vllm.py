@@ -214,38 +214,8 @@ def test_deepseek_verifier_through_the_vllm_backend(arch_pipeline, stand_in, tmp
 
 
 def test_a_slow_disk_is_reported_by_the_vllm_backend(tiny_data, stand_in, tmp_path,
-                                                      monkeypatch, capsys):
-    """The disk takes a batch only once the engine side waits for a buffer, then 0.5 s."""
-    import threading
-    import time
-
-    from pipeline.eagle3 import shard_writer
-
-    waiting = threading.Event()
-    real_write = shard_writer.StreamingShard._write_piece
-    real_buffer = shard_writer.WritePipeline.buffer
-    real_close = shard_writer.WritePipeline.close
-
-    def slow_write(self, t, at):
-        waiting.wait()
-        time.sleep(0.5)
-        real_write(self, t, at)
-
-    def buffer(self):
-        if self._free.empty():
-            waiting.set()
-        got = real_buffer(self)
-        waiting.clear()
-        return got
-
-    def close(self):
-        waiting.set()
-        shard_writer.StreamingShard._write_piece = real_write
-        real_close(self)
-
-    monkeypatch.setattr(shard_writer.StreamingShard, "_write_piece", slow_write)
-    monkeypatch.setattr(shard_writer.WritePipeline, "buffer", buffer)
-    monkeypatch.setattr(shard_writer.WritePipeline, "close", close)
+                                                      slow_disk, capsys):
+    """``slow_disk`` under the vLLM backend: the engine side's wait is measured too."""
     res = ok(hidden_states, tmp_path, tokens=tiny_data["tokens"], verifier=tiny_data["verifier"],
              out=tmp_path / "h", limit=60, batch_tokens=512, write_buffers=2, device="cpu",
              dtype="float32", backend="vllm")

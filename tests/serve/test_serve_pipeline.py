@@ -360,6 +360,17 @@ def _until_benchmarking(store: Store, gone: Callable[[], str | None]) -> None:
         time.sleep(0.1)
 
 
+def _until_server_stopped(store: Store, within: float) -> None:
+    """Wait for the harness to record the drafter's server as stopped."""
+    end = time.monotonic() + within
+    while True:
+        serve_run = next(r for r in store.runs() if r.stage == "serve_spec")
+        if (serve_run.job or {}).get("service", {}).get("state") == "stopped":
+            return
+        assert time.monotonic() < end, f"the server was not stopped: {serve_run.job}"
+        time.sleep(0.2)
+
+
 def _clean_up(store: Store) -> None:
     """Whatever the test's outcome: no benchmark job and no server left behind."""
     for run in [r for r in store.runs() if r.stage == "benchmark"]:
@@ -421,13 +432,7 @@ def test_closing_the_terminal_stops_the_servers(world, tmp_path: Path, db_path: 
     try:
         _until_benchmarking(store, lambda: None)
         subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
-        end = time.monotonic() + 60
-        while True:
-            serve_run = next(r for r in store.runs() if r.stage == "serve_spec")
-            if (serve_run.job or {}).get("service", {}).get("state") == "stopped":
-                break
-            assert time.monotonic() < end, f"the server was not stopped: {serve_run.job}"
-            time.sleep(0.2)
+        _until_server_stopped(store, within=60)
         assert wait_gone(w.spec_port) == []
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
@@ -494,13 +499,7 @@ def test_a_lost_ssh_session_stops_the_servers(world, tmp_path: Path, db_path: Pa
         assert fake_processes(w.spec_port), "the server should be up while benchmarking"
         client.kill()  # the connection is gone; nothing reaches the remote side any more
         client.wait(10)
-        end = time.monotonic() + (60 if tty == "-tt" else 300)
-        while True:
-            serve_run = next(r for r in store.runs() if r.stage == "serve_spec")
-            if (serve_run.job or {}).get("service", {}).get("state") == "stopped":
-                break
-            assert time.monotonic() < end, f"the server was not stopped: {serve_run.job}"
-            time.sleep(0.2)
+        _until_server_stopped(store, within=60 if tty == "-tt" else 300)
         assert wait_gone(w.spec_port) == []
         bench_run = next(r for r in store.runs() if r.stage == "benchmark")
         if tty == "-T":  # it carried on: the benchmark finished before the server stopped

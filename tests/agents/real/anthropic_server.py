@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+
+from tests.agents.real.local_http import JSONHandler, LocalServer
 
 
 @dataclass
@@ -100,7 +102,7 @@ class Request:
 Script = Callable[[Request, list[Request]], Reply]
 
 
-class AnthropicServer:
+class AnthropicServer(LocalServer):
     """``with AnthropicServer(script) as api:`` serves on ``api.url`` until the block ends."""
 
     def __init__(self, script: Script, *, max_requests: int = 40, model: str = "claude-test"):
@@ -110,24 +112,17 @@ class AnthropicServer:
         self.requests: list[Request] = []
         self.dump_to: Path | None = None  # where the bodies go when the block ends
         self.errors: list[str] = []
-        self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        super().__init__(self._handler())
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def agent_turns(self) -> list[Request]:
         with self._lock:
             return [r for r in self.requests if r.agent_turn]
-
-    def __enter__(self) -> AnthropicServer:
-        self._thread.start()
-        return self
 
     def dump(self, path: Path) -> None:
         """Every request body, to read when a test fails."""
@@ -137,8 +132,7 @@ class AnthropicServer:
 
     def __exit__(self, *exc: object) -> None:
         self.dump(self.dump_to) if self.dump_to else None
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        super().__exit__(*exc)
 
     # -- answering ------------------------------------------------------------------------
     def _reply_for(self, req: Request) -> Reply:
@@ -204,22 +198,9 @@ class AnthropicServer:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _json(self, code: int, doc: Any) -> None:
-                data = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_GET(self) -> None:
-                self._json(404, {"type": "error", "error": {"type": "not_found_error",
+                self.send_json(404, {"type": "error", "error": {"type": "not_found_error",
                                                             "message": self.path}})
 
             def do_HEAD(self) -> None:
@@ -228,25 +209,18 @@ class AnthropicServer:
                 self.end_headers()
 
             def do_POST(self) -> None:
-                import time
-
-                length = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    body = {"unparsed": raw.decode("utf-8", "replace")}
+                body = self.read_json()
                 path = self.path.split("?", 1)[0]
                 if path.endswith("/count_tokens"):
-                    self._json(200, {"input_tokens": 200})
+                    self.send_json(200, {"input_tokens": 200})
                     return
                 if not path.endswith("/v1/messages"):
-                    self._json(404, {"type": "error",
+                    self.send_json(404, {"type": "error",
                                      "error": {"type": "not_found_error", "message": path}})
                     return
                 reply = server._reply_for(Request(path, body, time.time()))
                 if not body.get("stream"):
-                    self._json(200, server._message(reply)[0])
+                    self.send_json(200, server._message(reply)[0])
                     return
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")

@@ -17,6 +17,13 @@ from tests.conftest import ROOT
 
 HARNESS_CMD = f"{shlex.quote(sys.executable)} -m harness"
 SESSION = "work"
+# The list the Codex and opencode plan tests end with: step 1 done, step 2 started, and
+# the priority a person gave the last step while the agent worked.
+AFTER_STEP_TWO = [
+    {"id": "t1", "text": "Regenerate samples", "status": "completed", "priority": "medium"},
+    {"id": "t2", "text": "Build the vocab mapping", "status": "in_progress",
+     "priority": "medium"},
+    {"id": "t3", "text": "Train the drafter", "status": "pending", "priority": "high"}]
 
 
 @pytest.fixture

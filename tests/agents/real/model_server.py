@@ -11,11 +11,12 @@ test sees the overrun in :attr:`ModelServer.requests`.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.agents.real.local_http import JSONHandler, LocalServer
 
 
 @dataclass
@@ -46,29 +47,17 @@ class Request:
 Script = Callable[[Request, int], Reply]
 
 
-class ModelServer:
+class ModelServer(LocalServer):
     def __init__(self, script: Script, *, max_requests: int = 30):
         self.script = script
         self.max_requests = max_requests
         self.requests: list[Request] = []
-        self._lock = threading.Lock()
         self._ids = 0
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._http.daemon_threads = True
-        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+        super().__init__(self._handler())
 
     @property
     def url(self) -> str:
-        host, port = self._http.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def __enter__(self) -> ModelServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._http.shutdown()
-        self._http.server_close()
+        return f"http://127.0.0.1:{self.port}/v1"
 
     def _next_id(self) -> int:
         with self._lock:
@@ -139,34 +128,16 @@ class ModelServer:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def _json(self, code: int, obj: Any) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_GET(self) -> None:
                 if self.path.rstrip("/").endswith("/models"):
-                    self._json(200, {"object": "list", "data": [
+                    self.send_json(200, {"object": "list", "data": [
                         {"id": "scripted", "object": "model", "owned_by": "test"}]})
                 else:
-                    self._json(404, {"error": {"message": f"no {self.path}"}})
+                    self.send_json(404, {"error": {"message": f"no {self.path}"}})
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    body = {"_raw": raw.decode("utf-8", "replace")}
+                body = self.read_json()
                 path = self.path.split("?")[0]
                 if path.endswith("/responses"):
                     events = server.responses_events(server.answer(path, body))
@@ -178,7 +149,7 @@ class ModelServer:
                 else:
                     with server._lock:
                         server.requests.append(Request(path, body))
-                    self._json(404, {"error": {"message": f"no {path}"}})
+                    self.send_json(404, {"error": {"message": f"no {path}"}})
 
             def _stream(self, events: list[tuple[str | None, dict[str, Any]]],
                         done: bool) -> None:

@@ -14,7 +14,13 @@ import pytest
 
 from state.store import Store
 from tests.agents.real import npm
-from tests.agents.real.conftest import HARNESS_CMD, harness, hook_log, todos
+from tests.agents.real.conftest import (
+    AFTER_STEP_TWO,
+    HARNESS_CMD,
+    harness,
+    hook_log,
+    todos,
+)
 from tests.agents.real.model_server import Call, ModelServer, Reply, Request
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.slow]
@@ -105,11 +111,7 @@ def test_plan_lands_survives_an_auto_compaction_and_a_resume(
         on_resume = srv.requests[seen["resume"]]
         assert len(srv.requests) < srv.max_requests
 
-    assert todos(env) == [
-        {"id": "t1", "text": "Regenerate samples", "status": "completed", "priority": "medium"},
-        {"id": "t2", "text": "Build the vocab mapping", "status": "in_progress",
-         "priority": "medium"},
-        {"id": "t3", "text": "Train the drafter", "status": "pending", "priority": "high"}]
+    assert todos(env) == AFTER_STEP_TWO
     assert hook_log(env) == ""
     # What the model is given back: after the compaction, and in the resumed session.
     for req in (after_cut, on_resume):

@@ -14,7 +14,13 @@ import pytest
 
 from state.store import Store
 from tests.agents.real import npm
-from tests.agents.real.conftest import HARNESS_CMD, harness, hook_log, todos
+from tests.agents.real.conftest import (
+    AFTER_STEP_TWO,
+    HARNESS_CMD,
+    harness,
+    hook_log,
+    todos,
+)
 from tests.agents.real.model_server import Call, ModelServer, Reply, Request
 from tests.conftest import ROOT
 
@@ -108,11 +114,7 @@ def test_plugin_the_notice_and_a_compaction(opencode_run) -> None:
         run(srv, "make a plan", context=20000)
         assert len(srv.requests) < srv.max_requests
 
-    assert todos(env) == [
-        {"id": "t1", "text": "Regenerate samples", "status": "completed", "priority": "medium"},
-        {"id": "t2", "text": "Build the vocab mapping", "status": "in_progress",
-         "priority": "medium"},
-        {"id": "t3", "text": "Train the drafter", "status": "pending", "priority": "high"}]
+    assert todos(env) == AFTER_STEP_TWO
     assert hook_log(env) == ""
     # The person's change, in the very next request (appended to todowrite's output).
     line = "t3 priority 'medium' -> 'high' by human"

@@ -1,0 +1,61 @@
+"""What the scripted model servers share (anthropic_server.py for Claude Code,
+model_server.py for Codex and opencode): a threaded HTTP server on a free port of
+127.0.0.1 for the length of a ``with`` block, and a quiet handler that reads and answers
+JSON."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+
+class LocalServer:
+    """``with Sub(...) as srv:`` serves ``handler`` on 127.0.0.1 until the block ends."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]):
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        # A program that keeps its connection open must not hold up the block's end.
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+class JSONHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 with no access log on stderr (the test's output is the program's)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def send_json(self, code: int, doc: Any) -> None:
+        data = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def read_json(self) -> dict[str, Any]:
+        """The request body; one that is not JSON is kept whole under ``unparsed``, so the
+        recorded requests still show what the program sent."""
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError:
+            return {"unparsed": raw.decode("utf-8", "replace")}
