@@ -25,16 +25,35 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pipeline.stage_graph import upstream
-
-if TYPE_CHECKING:
-    from pipeline.spec_models import Stage
 
 __all__ = ["DEFAULT_TAU_GAP", "NOT_A_GATE", "SERVED_KEYS", "GateFormError", "OfflinePair",
            "not_a_gate",
            "offline_pair", "served_levels", "tau_gap_form"]
+
+
+
+class Stage(Protocol):
+    """What these rules read of a spec's stage: :class:`pipeline.spec_models.Stage` has this
+    shape, but its module imports :mod:`pipeline.actions`, which imports this one."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def needs(self) -> Sequence[str]: ...
+
+    @property
+    def action(self) -> str | None: ...
+
+    @property
+    def gate(self) -> dict[str, Any]: ...
+
+    @property
+    def params(self) -> dict[str, Any]: ...
+
 
 SERVED_SPEEDUP = "min_served_speedup"
 TAU_GAP = "max_served_tau_gap"

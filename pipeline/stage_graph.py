@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from pipeline.errors import SpecError
 
-if TYPE_CHECKING:
-    from pipeline.spec_models import Stage
-
-__all__ = ["find_cycle", "topological_order", "upstream"]
+__all__ = ["Node", "find_cycle", "topological_order", "upstream"]
 
 
-def find_cycle(stages: Sequence[Stage]) -> list[str] | None:
+class Node(Protocol):
+    """What the graph reads of a stage: its name and the names it needs."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def needs(self) -> Sequence[str]: ...
+
+
+Stage = TypeVar("Stage", bound=Node)
+
+
+def find_cycle(stages: Sequence[Node]) -> list[str] | None:
     """A cycle in ``needs`` as ``[a, b, a]``, or None. Unknown names are ignored."""
     needs = {s.name: [n for n in s.needs] for s in stages}
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done

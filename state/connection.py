@@ -13,7 +13,7 @@ can be created), and a write on it says why it cannot.
 PostgreSQL (a plain ``postgresql://`` URL) is opened with psycopg directly, set up as the
 SQLAlchemy engine would set it up (:mod:`state.pg`), for the same reason; another server
 URL goes through the engine (:mod:`state.engine`, imported only then). Writers serialise
-on a transaction-level advisory lock (:func:`write_lock_sql`).
+on a transaction-level advisory lock (:func:`state.dialect.write_lock_sql`).
 
 :class:`Connections` holds one kept writer connection (checking one out and back costs
 about as much as a write's SQL), a small pool of reader connections, the write lock with
@@ -35,51 +35,21 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from state.dialect import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    PG_CHANGE_CHANNEL,
+    PG_WRITE_LOCK_KEY,
+    WRITE_OPTION,
+    busy_timeout_ms,
+    notify_sql,
+    paramstyle_sql,
+    write_lock_sql,
+)
 from state.errors import ReadOnlyStore, StoreError, StoreUnavailable
 from state.interrupts import InterruptGate, keep_closed
 from state.location import display_url, is_sqlite, normalize_url, public_url, sqlite_path
 
-DEFAULT_BUSY_TIMEOUT_MS = 30_000
-# Any constant will do; it only has to be the same for every harness on one database.
-PG_WRITE_LOCK_KEY = 0x7D0_4A11
-# Every write transaction on PostgreSQL notifies this channel (delivered at commit only),
-# so watchers (the TUI) learn of any change, run logs included, without polling tables.
-PG_CHANGE_CHANNEL = "harness_changes"
-# Connection execution option that makes a Core transaction a writer (see state.engine).
-WRITE_OPTION = "harness_write"
 _POOL_IDLE = 4  # reader connections kept open per store
-
-
-def busy_timeout_ms() -> int:
-    try:
-        return int(os.environ.get("HARNESS_BUSY_TIMEOUT_MS", DEFAULT_BUSY_TIMEOUT_MS))
-    except ValueError:
-        return DEFAULT_BUSY_TIMEOUT_MS
-
-
-def paramstyle_sql(sql: str, dialect: str) -> str:
-    """Our raw SQL is written with ``?``; psycopg wants ``%s``."""
-    return sql.replace("?", "%s") if dialect == "postgresql" else sql
-
-
-def write_lock_sql(dialect: str) -> str:
-    """The statement that starts a write transaction holding the store's write lock.
-
-    On PostgreSQL the lock is a transaction-level advisory lock on one constant key: every
-    writer of the database queues on it, it is released by COMMIT or ROLLBACK (never
-    leaked by a crashed client), and it is released only after the commit is visible, so
-    the next writer's reads (READ COMMITTED) see everything the previous one wrote.
-    """
-    if dialect == "sqlite":
-        return "BEGIN IMMEDIATE"
-    return f"SELECT pg_advisory_xact_lock({PG_WRITE_LOCK_KEY})"
-
-
-def notify_sql(dialect: str) -> str | None:
-    """The statement a write transaction runs so that watchers hear of its commit."""
-    if dialect == "postgresql":
-        return f"SELECT pg_notify('{PG_CHANGE_CHANNEL}', %s)"
-    return None
 
 
 # -- SQLite connections -------------------------------------------------------------------

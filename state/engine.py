@@ -8,7 +8,7 @@ same pragmas, the same read-only rules), and a Core transaction emits ``BEGIN``,
 
 PostgreSQL: writers serialise on a transaction-level advisory lock, which is what keeps
 the event sequence gap-free and totally ordered (see
-:func:`state.connection.write_lock_sql`). Connections run at READ COMMITTED whatever the
+:func:`state.dialect.write_lock_sql`). Connections run at READ COMMITTED whatever the
 server's default, because a writer must see every commit made before it got the lock (a
 REPEATABLE READ snapshot would be taken before the lock and miss them). ``lock_timeout``
 follows ``HARNESS_BUSY_TIMEOUT_MS``, so a writer waits for the lock as long as it would for
@@ -21,34 +21,11 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
-from state.connection import (
-    WRITE_OPTION,
-    busy_timeout_ms,
-    display_url,
-    is_sqlite,
-    sqlite_path,
-    write_lock_sql,
-)
+from state.dialect import WRITE_OPTION, busy_timeout_ms, write_lock_sql
 from state.errors import StoreUnavailable
-
-
-def normalize_server_url(target: str) -> str:
-    """A server URL (``postgresql://...``) -> the SQLAlchemy URL we connect with."""
-    try:
-        url = make_url(target)
-    except ArgumentError as exc:
-        raise StoreUnavailable(f"not a database URL ({exc})", where=target) from None
-    if url.drivername in ("postgresql", "postgres"):
-        url = url.set(drivername="postgresql+psycopg")
-    return url.render_as_string(hide_password=False)
-
-
-def mask_password(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
+from state.location import display_url, is_sqlite, sqlite_path
 
 
 def _on_sqlite_begin(conn: Any) -> None:
@@ -93,4 +70,4 @@ def make_engine(url: str, *, creator: Callable[[], Any] | None = None) -> Engine
     return engine
 
 
-__all__ = ["make_engine", "mask_password", "normalize_server_url"]
+__all__ = ["make_engine"]

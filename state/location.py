@@ -1,13 +1,15 @@
 """Where a store is: a path or a database URL, normalised, and shown without its password.
 
 SQLite and plain PostgreSQL URLs are read by hand (:mod:`state.pg`: no SQLAlchemy on the
-everyday paths); any other server URL goes through SQLAlchemy's URL parser
-(:mod:`state.engine`), imported only then.
+everyday paths); any other server URL goes through SQLAlchemy's URL parser, imported only
+then.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from state.errors import StoreUnavailable
 
 
 def normalize_url(target: str) -> str:
@@ -20,9 +22,7 @@ def normalize_url(target: str) -> str:
         plain = pg.parse(target)
         if plain is not None:
             return pg.render(plain, hide_password=False)
-        from state.engine import normalize_server_url
-
-        return normalize_server_url(target)
+        return _server_url(target)
     if target == ":memory:":
         return "sqlite://"
     return "sqlite:///" + str(Path(target).expanduser().resolve())
@@ -52,9 +52,9 @@ def public_url(url: str) -> str:
     plain = pg.parse(url)
     if plain is not None:
         return pg.render(plain, hide_password=True)
-    from state.engine import mask_password
+    from sqlalchemy.engine import make_url
 
-    return mask_password(url)
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def display_url(url: str) -> str:
@@ -65,3 +65,17 @@ def display_url(url: str) -> str:
     if is_sqlite(url):
         return ":memory:"
     return public_url(url)
+
+
+def _server_url(target: str) -> str:
+    """A server URL (``postgresql://...``) -> the SQLAlchemy URL we connect with."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(target)
+    except ArgumentError as exc:
+        raise StoreUnavailable(f"not a database URL ({exc})", where=target) from None
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    return url.render_as_string(hide_password=False)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from state.errors import InvalidChange, NotFound
 from state.fold import (
@@ -42,8 +42,22 @@ from state.sql import (
 )
 from state.values import dumps, nul_at, utcnow
 
-if TYPE_CHECKING:
-    from state.store import Store
+
+class TxStore(Protocol):
+    """What a transaction uses of the store that opened it (:class:`state.store.Store`).
+
+    A protocol, not the class, because the store imports this module to make its Tx.
+    """
+
+    dialect: str
+    _q: dict[str, str]
+    _notify: str | None
+    _todo_cache: dict[int, tuple[int, dict[int, TodoState]]]
+
+    def _sql(self, sql: str) -> str: ...
+
+    def _full_extras(self, cur: Any, session_id: int
+                     ) -> tuple[list[VerificationState], list[ArtifactState]]: ...
 
 # Snapshot a session's state every this many events (chosen by bench/replay.py).
 SNAPSHOT_EVERY = 256
@@ -52,7 +66,7 @@ SNAPSHOT_EVERY = 256
 class Tx:
     """One write transaction on one session. Create with :meth:`Store.write`."""
 
-    def __init__(self, store: Store, cur: Any, session_id: int, actor: str, ref: str | None):
+    def __init__(self, store: TxStore, cur: Any, session_id: int, actor: str, ref: str | None):
         self.store = store
         self.session_id = session_id
         self.actor = actor

@@ -24,13 +24,10 @@ reported as passing.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from pipeline.actions import Check
 from pipeline.eagle3.checkpoint_files import (
     DrafterLayout,
     VerifierInfo,
@@ -40,6 +37,7 @@ from pipeline.eagle3.checkpoint_files import (
 )
 from pipeline.eagle3.checks_vocab import lm_head_check, mapping_checks
 from pipeline.eagle3.common import default_aux_layers, vllm_aux_order
+from pipeline.eagle3.structural_report import StructuralReport
 
 FLOAT_DTYPES = ("BF16", "F16", "F32")
 LAYER_TENSORS = ("input_layernorm.weight", "hidden_norm.weight",
@@ -49,28 +47,6 @@ LAYER_TENSORS = ("input_layernorm.weight", "hidden_norm.weight",
                  "mlp.down_proj.weight")
 # Exports may leave the embeddings out: vLLM then shares the verifier's.
 OPTIONAL = ("embed_tokens.weight",)
-
-
-@dataclass
-class StructuralReport:
-    checks: list[Check] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    metrics: dict[str, Any] = field(default_factory=dict)
-    layout: DrafterLayout | None = None
-    files: list[Path] = field(default_factory=list)
-
-    def add(self, name: str, passed: bool, value: Any = None, expected: Any = None,
-            message: str = "") -> Check:
-        c = Check(name=name, passed=bool(passed), value=value, expected=expected,
-                  message=message)
-        self.checks.append(c)
-        return c
-
-    def skip(self, name: str, why: str) -> None:
-        self.skipped.append(f"{name}: {why}")
-
-    def failed(self) -> list[Check]:
-        return [c for c in self.checks if not c.passed]
 
 
 def structural_checks(checkpoint: Path, verifier: VerifierInfo) -> StructuralReport:

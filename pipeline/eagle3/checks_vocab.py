@@ -14,14 +14,12 @@ with its report.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from pipeline.eagle3.checkpoint_files import DrafterLayout, VerifierInfo, WeightSet
-
-if TYPE_CHECKING:
-    from pipeline.eagle3.checks_structural import StructuralReport
+from pipeline.eagle3.structural_report import StructuralReport
 
 __all__ = ["lm_head_check", "mapping_checks"]
 

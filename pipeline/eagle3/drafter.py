@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,83 +34,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipeline.eagle3.drafter_files import (
+    DrafterConfig,
+    load_safetensors,
+    read_exported,
+    verifier_heads,
+)
 from pipeline.errors import ActionError
 
+__all__ = ["DrafterConfig", "Eagle3Drafter", "load_drafter", "verifier_heads", "verifier_matrix"]
+
 ATTN_IMPLS = ("sdpa", "math", "flex")
-
-
-@dataclass
-class DrafterConfig:
-    hidden_size: int
-    intermediate_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    vocab_size: int  # the target's
-    draft_vocab_size: int
-    target_hidden_size: int
-    aux_layer_ids: list[int]
-    target_num_layers: int
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 10000.0
-    max_position_embeddings: int = 4096
-    norm_before_residual: bool = False
-    hidden_act: str = "silu"
-    verifier: str = ""
-    target_architectures: list[str] = field(default_factory=lambda: ["LlamaForCausalLM"])
-    target_model_type: str = "llama"
-
-    @classmethod
-    def from_verifier(cls, vcfg: dict[str, Any], *, draft_vocab_size: int,
-                      aux_layer_ids: list[int], verifier: str = "",
-                      intermediate_size: int | None = None,
-                      norm_before_residual: bool = False) -> DrafterConfig:
-        heads, kv_heads, head_dim = verifier_heads(vcfg)
-        hidden = int(vcfg["hidden_size"])
-        rope = vcfg.get("rope_parameters") or {}
-        theta = vcfg.get("rope_theta", rope.get("rope_theta", 10000.0))
-        return cls(hidden_size=hidden,
-                   intermediate_size=int(intermediate_size or vcfg["intermediate_size"]),
-                   num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
-                   vocab_size=int(vcfg["vocab_size"]), draft_vocab_size=draft_vocab_size,
-                   target_hidden_size=hidden, aux_layer_ids=list(aux_layer_ids),
-                   target_num_layers=int(vcfg["num_hidden_layers"]),
-                   rms_norm_eps=float(vcfg.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
-                   max_position_embeddings=int(vcfg.get("max_position_embeddings", 4096)),
-                   norm_before_residual=norm_before_residual,
-                   hidden_act=str(vcfg.get("hidden_act", "silu")), verifier=verifier,
-                   target_architectures=list(vcfg.get("architectures") or ["LlamaForCausalLM"]),
-                   target_model_type=str(vcfg.get("model_type", "llama")))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DrafterConfig:
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in known})
-
-
-def verifier_heads(vcfg: dict[str, Any]) -> tuple[int, int, int]:
-    """``(heads, kv_heads, head_dim)`` of the drafter's Llama attention for this verifier.
-
-    Llama/Qwen (GQA): the verifier's own; Qwen3's explicit ``head_dim`` is kept even where
-    ``heads * head_dim != hidden_size``. MLA (DeepSeek-V3, Kimi-K2: ``kv_lora_rank`` in the
-    config) has no Llama head layout: its queries and keys are ``qk_nope + qk_rope`` wide,
-    only the rope part rotates, and K/V come from a low-rank latent. The drafter takes the
-    verifier's head count for both q and kv (MLA has one KV head per query head) and the
-    value width ``v_head_dim`` as its head dim (Kimi-K2: 64 heads x 128), rotating all of
-    it with the plain rope of the verifier's ``rope_theta``: the config's ``head_dim`` is
-    MLA's rope width (64), which would halve the attention, and YaRN scaling is not
-    carried (export writes none, so vLLM runs the drafter as it was trained).
-    """
-    heads = int(vcfg["num_attention_heads"])
-    hidden = int(vcfg["hidden_size"])
-    if vcfg.get("kv_lora_rank"):
-        head_dim = int(vcfg.get("v_head_dim") or vcfg.get("qk_nope_head_dim") or hidden // heads)
-        return heads, heads, head_dim
-    kv_heads = int(vcfg.get("num_key_value_heads") or heads)
-    return heads, kv_heads, int(vcfg.get("head_dim") or hidden // heads)
 
 
 class RMSNorm(nn.Module):
@@ -435,12 +368,10 @@ def load_drafter(path: Path, *, device: str | torch.device = "cpu",
     ``embed_from`` (the verifier directory) to fill it, else it stays zero. ``dtype`` None keeps
     the stored dtype of the weights.
     """
-    from pipeline.eagle3.export import read_exported  # the format lives with the writer
-
     path = Path(path)
     if (path / CHECKPOINT_CONFIG).is_file():
         cfg = DrafterConfig.from_dict(json.loads((path / CHECKPOINT_CONFIG).read_text()))
-        state = _load_safetensors(path / CHECKPOINT_WEIGHTS)
+        state = load_safetensors(path / CHECKPOINT_WEIGHTS)
     elif (path / "config.json").is_file():
         cfg, state = read_exported(path)
     else:
@@ -464,19 +395,6 @@ def load_drafter(path: Path, *, device: str | torch.device = "cpu",
     if dtype is not None:
         model.to(dtype=dtype)
     return model.to(device).eval()
-
-
-def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    if not path.is_file():
-        raise ActionError("weights file missing", where=str(path))
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
-        raise ActionError(f"unreadable weights ({str(exc).splitlines()[0]})",
-                          where=str(path)) from None
 
 
 def verifier_matrix(verifier: Path, which: str) -> torch.Tensor:

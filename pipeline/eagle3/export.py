@@ -38,11 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
+from pipeline.eagle3.drafter_files import EAGLE_ARCH, SPECULATORS_ARCH
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.export"
-EAGLE_ARCH = "LlamaForCausalLMEagle3"
-SPECULATORS_ARCH = "Eagle3Speculator"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,61 +113,6 @@ def _rename(state: dict[str, Any], fmt: str, include_embeddings: bool) -> dict[s
             continue
         out[layer + key[len("midlayer."):] if key.startswith("midlayer.") else key] = value
     return out
-
-
-def read_exported(path: Path) -> tuple[Any, dict[str, Any]]:
-    """``(DrafterConfig, state dict in the model's own names)`` from an exported directory."""
-    from pipeline.eagle3.drafter import DrafterConfig, _load_safetensors
-
-    cfg_path = path / "config.json"
-    try:
-        raw = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ActionError(f"config.json is not valid JSON ({exc.msg})", where=str(cfg_path)) \
-            from None
-    arch = (raw.get("architectures") or [""])[0]
-    if arch == SPECULATORS_ARCH or raw.get("speculators_model_type") == "eagle3":
-        llama = raw.get("transformer_layer_config") or {}
-        layer_prefix = "layers.0."
-    elif arch in (EAGLE_ARCH, "Eagle3LlamaForCausalLM"):
-        llama = raw
-        layer_prefix = "midlayer."
-    else:
-        raise ActionError(f"not an EAGLE-3 drafter (architectures {raw.get('architectures')})",
-                          where=str(cfg_path))
-    aux = (raw.get("eagle_aux_hidden_state_layer_ids")
-           or (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or [])
-    extra = raw.get("eagle3_training") or {}
-    hidden = int(llama["hidden_size"])
-    heads = int(llama["num_attention_heads"])
-    rope = llama.get("rope_parameters") or {}
-    cfg = DrafterConfig(
-        hidden_size=hidden, intermediate_size=int(llama["intermediate_size"]),
-        num_attention_heads=heads,
-        num_key_value_heads=int(llama.get("num_key_value_heads") or heads),
-        head_dim=int(llama.get("head_dim") or hidden // heads),
-        vocab_size=int(llama["vocab_size"]), draft_vocab_size=int(raw["draft_vocab_size"]),
-        target_hidden_size=int(raw.get("target_hidden_size") or hidden),
-        aux_layer_ids=list(aux), target_num_layers=int(extra.get("target_num_layers", 0)),
-        rms_norm_eps=float(llama.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(llama.get("rope_theta", rope.get("rope_theta", 10000.0))),
-        max_position_embeddings=int(llama.get("max_position_embeddings", 4096)),
-        norm_before_residual=bool(raw.get("norm_before_residual", False)),
-        hidden_act=str(llama.get("hidden_act", "silu")),
-        verifier=str(extra.get("verifier") or ((raw.get("speculators_config") or {}).get(
-            "verifier") or {}).get("name_or_path", "")),
-        target_architectures=list(extra.get("target_architectures") or ((raw.get(
-            "speculators_config") or {}).get("verifier") or {}).get("architectures")
-            or ["LlamaForCausalLM"]),
-        target_model_type=str(extra.get("target_model_type", "llama")))
-    weights = _load_safetensors(path / "model.safetensors")
-    state = {("midlayer." + k[len(layer_prefix):] if k.startswith(layer_prefix) else k): v
-             for k, v in weights.items()}
-    for key in ("d2t", "t2d"):
-        if key not in state:
-            raise ActionError(f"no {key} tensor: vLLM would silently use an identity mapping",
-                              where=str(path / "model.safetensors"))
-    return cfg, state
 
 
 def resolve_checkpoint(path: Path) -> Path:

@@ -56,9 +56,10 @@ from pipeline.eagle3.common import (
 )
 from pipeline.eagle3.datafiles import read_tokens
 from pipeline.eagle3.disk_estimate import offline_bytes
+from pipeline.eagle3.extraction import open_shard, plan_batches, write_report
 from pipeline.eagle3.memory_plan import Workload, load_placed, measured_peaks, peaks_line
 from pipeline.eagle3.placement import add_placement_args, placement_from_args
-from pipeline.eagle3.shard_writer import WRITE_METHODS, StreamingShard, WritePipeline
+from pipeline.eagle3.shard_writer import WRITE_METHODS, WritePipeline
 from pipeline.eagle3.shards import INDEX, SHARD_FORMAT, shard_name, validate_shard
 from pipeline.errors import ActionError
 
@@ -166,47 +167,6 @@ def plan_shards(offsets: Any, n: int, shard_tokens: int) -> list[tuple[int, int]
     if start < n:
         plan.append((start, n))
     return plan
-
-
-def plan_batches(lengths: list[int], batch_tokens: int, max_batch: int) -> list[list[int]]:
-    """Group sample indices (sorted by length, longest first) into padded batches."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    cur: list[int] = []
-    for i in order:
-        width = max([lengths[j] for j in cur] + [lengths[i]])
-        if cur and (width * (len(cur) + 1) > batch_tokens or len(cur) >= max_batch):
-            batches.append(cur)
-            cur = []
-        cur.append(i)
-    if cur:
-        batches.append(cur)
-    return batches
-
-
-def open_shard(out: Path, shard: int, span: tuple[int, int], order: list[int],
-               tokens: dict[str, Any], *, digest: str, aux_layers: list[int], hidden: int,
-               save_dtype: Any, method: str, stats: Any) -> StreamingShard:
-    """The writer of shard ``shard`` (samples ``span``), both backends': its rows in
-    ``order`` (the batching's), with the small tensors the trainer reads beside the states
-    (offsets, sample index, input ids, loss mask), all in that order."""
-    import torch
-
-    offsets, input_ids, loss_mask = tokens["offsets"], tokens["input_ids"], tokens["loss_mask"]
-    s, e = span
-    rows = torch.tensor([int(offsets[i + 1] - offsets[i]) for i in order], dtype=torch.int64)
-    shard_offsets = torch.zeros(len(order) + 1, dtype=torch.int64)
-    shard_offsets[1:] = torch.cumsum(rows, 0)
-    meta = {"format": SHARD_FORMAT, "config_hash": digest,
-            "aux_layers": json.dumps(aux_layers), "hidden_size": hidden,
-            "sample_start": s, "num_samples": e - s}
-    ids = torch.cat([input_ids[offsets[i]:offsets[i + 1]] for i in order])
-    mask = torch.cat([loss_mask[offsets[i]:offsets[i + 1]] for i in order])
-    return StreamingShard(
-        out / shard_name(shard), rows=int(shard_offsets[-1]), hidden=hidden,
-        dtype=save_dtype, meta=meta, method=method, stats=stats,
-        small={"offsets": shard_offsets, "sample_index": torch.tensor(order),
-               "input_ids": ids.to(torch.int32), "loss_mask": mask})
 
 
 def run(args: argparse.Namespace) -> StageResult:
@@ -330,7 +290,6 @@ def run(args: argparse.Namespace) -> StageResult:
     return result
 
 
-DISK_BOUND_SHARE = 0.1  # the forward waiting this share of the time for the writer
 
 
 def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], todo: list[int],
@@ -440,32 +399,6 @@ def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], tod
                              "extract_seconds": round(elapsed, 2)}
     if writes:
         stats.update(write_report(pipeline, elapsed, method))
-    return stats
-
-
-def write_report(pipeline: WritePipeline, elapsed: float, method: str) -> dict[str, Any]:
-    """The write figures of a finished extraction (either backend), and the one line that
-    says whether the disk was the bottleneck."""
-    if not pipeline.stats.bytes:
-        return {}
-    ws = pipeline.stats
-    share = pipeline.stall / elapsed if elapsed else 0.0
-    made = ws.bytes / max(elapsed - pipeline.stall, 1e-9) / 1e9
-    stats = dict(written_gb=round(ws.bytes / 1e9, 3),
-                 write_gb_s=round(ws.gb_per_s, 3) if ws.gb_per_s else None,
-                 write_stall_seconds=round(pipeline.stall, 2),
-                 write_stall_share=round(share, 3), produced_gb_s=round(made, 3),
-                 write_method=method, disk_bound=share > DISK_BOUND_SHARE)
-    if share > DISK_BOUND_SHARE:
-        log(f"[hidden_states] the disk is the bottleneck: shards were written at "
-            f"{ws.gb_per_s:.2f} GB/s while the verifier made {made:.2f} GB/s; the forward "
-            f"waited {pipeline.stall:.1f}s ({share:.0%} of the run) for the writer. A "
-            f"faster disk (or /dev/shm), --write-method mmap, or train --online (no "
-            f"shards at all) remove the wait")
-    else:
-        log(f"[hidden_states] writes kept up: {ws.bytes / 1e9:.2f} GB at "
-            f"{ws.gb_per_s:.2f} GB/s, the forward waited {pipeline.stall:.1f}s "
-            f"({share:.0%})")
     return stats
 
 

@@ -244,7 +244,7 @@ def extract_with_engine(engine: Engine, tokens: dict[str, Any], plan: list[tuple
                         args: Any, on_shard, device: Any) -> dict[str, Any]:
     """The ``todo`` shards of ``plan`` through ``engine``, written as the ``hf`` backend
     writes them: the same sample order in each shard (longest first, as
-    :func:`.hidden_states.plan_batches` orders them), the same tensors and metadata.
+    :func:`.extraction.plan_batches` orders them), the same tensors and metadata.
 
     Per engine call: the prompts' states come back on the host, go to ``device`` for the id
     conversion and the final norm, and into a free buffer of the write pipeline, whose
@@ -253,7 +253,7 @@ def extract_with_engine(engine: Engine, tokens: dict[str, Any], plan: list[tuple
     """
     import torch
 
-    from pipeline.eagle3.hidden_states import open_shard, plan_batches, write_report
+    from pipeline.eagle3.extraction import open_shard, plan_batches, write_report
 
     ids = engine_layer_ids(aux_layers, num_layers)
     offsets, input_ids = tokens["offsets"], tokens["input_ids"]

@@ -467,14 +467,14 @@ def _save(out: Path, epoch: int, drafter, optimizer, scheduler, history, digest,
 def _resume(out: Path, drafter, optimizer, scheduler, device) -> tuple[int, list]:
     import torch
 
-    from pipeline.eagle3.drafter import _load_safetensors
+    from pipeline.eagle3.drafter_files import load_safetensors
 
     state_file = out / STATE
     if not state_file.exists():
         return 0, []
     state = json.loads(state_file.read_text())
     ckpt = out / state["checkpoint"]
-    weights = _load_safetensors(ckpt / "model.safetensors")
+    weights = load_safetensors(ckpt / "model.safetensors")
     drafter.load_state_dict(weights)
     try:
         trainer = torch.load(ckpt / "trainer.pt", map_location=device, weights_only=False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from textual import on
 from textual.app import ComposeResult
@@ -12,15 +12,13 @@ from textual.widgets import Footer
 
 from harness.render import safe_line
 from tui import changes
+from tui.host import ScreenHost
 from tui.keys import BOARD_KEYS, bindings
 from tui.screens.prompt import PromptScreen
 from tui.views import BoardView, DetailView, LogUpdate, current_run
 from tui.widgets.board import Board
 from tui.widgets.detail import DetailPane
 from tui.widgets.header import SessionHeader
-
-if TYPE_CHECKING:
-    from tui.app import HarnessApp
 
 
 class BoardScreen(Screen[None]):
@@ -39,8 +37,8 @@ class BoardScreen(Screen[None]):
         return self._ready
 
     @property
-    def harness(self) -> HarnessApp:
-        return cast("HarnessApp", self.app)
+    def harness(self) -> ScreenHost:
+        return cast("ScreenHost", self.app)
 
     def compose(self) -> ComposeResult:
         yield SessionHeader()

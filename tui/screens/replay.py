@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from textual import on
 from textual.app import ComposeResult
@@ -12,6 +12,7 @@ from textual.widgets import Footer
 
 from harness.render import safe_line
 from tui import changes
+from tui.host import ScreenHost
 from tui.keys import REPLAY_KEYS, bindings
 from tui.screens.prompt import PromptScreen
 from tui.views import ReplayView
@@ -19,9 +20,6 @@ from tui.widgets.board import Board
 from tui.widgets.detail import DetailPane
 from tui.widgets.header import SessionHeader
 from tui.widgets.timeline import Timeline
-
-if TYPE_CHECKING:
-    from tui.app import HarnessApp
 
 
 class ReplayScreen(Screen[None]):
@@ -35,8 +33,8 @@ class ReplayScreen(Screen[None]):
         self.view: ReplayView | None = None
 
     @property
-    def harness(self) -> HarnessApp:
-        return cast("HarnessApp", self.app)
+    def harness(self) -> ScreenHost:
+        return cast("ScreenHost", self.app)
 
     def compose(self) -> ComposeResult:
         yield SessionHeader()
