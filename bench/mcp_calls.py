@@ -3,7 +3,7 @@
 Same work each time: a 30-item list in the opencode shape with one status changed. Measured
 in one run, on one fresh store:
 
-* in-process: ``harness.agent_tools.call`` (parse, merge, one event, commit) - the
+* in-process: ``harness.agents.tools.call`` (parse, merge, one event, commit) - the
   baseline, no transport;
 * MCP: ``todowrite`` and ``todoread`` through a real ``harness mcp`` subprocess and the
   SDK's own stdio client, plus an MCP ``ping`` (the transport alone);
@@ -35,7 +35,7 @@ import anyio  # noqa: E402
 import mcp_types as types  # noqa: E402
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
-from harness.agent_tools import ToolEnv, call  # noqa: E402
+from harness.agents.tools import ToolEnv, call  # noqa: E402
 from harness.context import Harness  # noqa: E402
 from state.store import Store  # noqa: E402
 
@@ -127,7 +127,7 @@ def main() -> None:
         mcp = anyio.run(over_mcp, db, a.calls)
         hook = per_process(db, a.spawns, ["hook", "claude-code"], hook_payload)
         cli = per_process(db, a.spawns, ["todowrite"], opencode)
-    rows = [("in-process agent_tools todowrite (baseline)", base),
+    rows = [("in-process agents.tools todowrite (baseline)", base),
             ("MCP todowrite (stdio, SDK client)", mcp["write"]),
             ("MCP todoread json", mcp["read"]),
             ("MCP ping (transport only)", mcp["ping"]),

@@ -1,7 +1,7 @@
 """How much does the benchmark client itself cost, next to what it measures?
 
 The serving benchmark (pipeline/eagle3/benchmark.py) times vLLM through
-``pipeline.openai_client.stream_request``: it parses every SSE line and JSON chunk and
+``pipeline.vllm.openai_client.stream_request``: it parses every SSE line and JSON chunk and
 stamps the first token. Against the fake vLLM server with no decode delay
 (``--fake-step-ms 0``), so that only server and client work remain, this compares in the
 same run:
@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.openai_client import get, stream_request  # noqa: E402
-from pipeline.vllm_metrics import spec_snapshot  # noqa: E402
+from pipeline.vllm.metrics import spec_snapshot  # noqa: E402
+from pipeline.vllm.openai_client import get, stream_request  # noqa: E402
 
 
 def free_port() -> int:

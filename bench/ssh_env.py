@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import jobscripts
-from pipeline.ssh import SSHExecutor
+from pipeline.hosts import jobscripts
+from pipeline.hosts.ssh import SSHExecutor
 from tests.sshd import SSHServer
 
 

@@ -3,7 +3,7 @@
 Two real sshds on 127.0.0.1 (tests/sshd.py): one with the ``Subsystem sftp`` line, one
 without. The same 50 MB random file goes up (``SSHExecutor.put``) and comes back
 (``SSHExecutor.get``) through each: over SFTP (paramiko's client, what fabric's put/get use)
-and over raw exec channels (``pipeline/transfer.py``: ``cat`` on the host, sha256 checked
+and over raw exec channels (``pipeline/hosts/transfer.py``: ``cat`` on the host, sha256 checked
 on both ends). In the same run, OpenSSH's own client doing the same ``cat`` is the
 reference for what the link gives, and fabric's ``run(..., in_stream=file)`` (the obvious
 way that is not used) is timed on a small file. Every copy is verified by sha256.
@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.ssh import SSHExecutor
+from pipeline.hosts.ssh import SSHExecutor
 from tests.sshd import SSHServer
 
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dbarg import add_db_args, bench_db
 
 from harness import formats
-from harness.agent import todowrite
+from harness.agents.todolist import todowrite
 from state.store import Store
 
 ITEMS = 30

@@ -1,6 +1,6 @@
 """Servers that stages leave running, found in the store and stopped on their hosts.
 
-A stage whose result has ``metrics.service`` (:class:`pipeline.service.ServiceRecord`; the
+A stage whose result has ``metrics.service`` (:class:`pipeline.vllm.service.ServiceRecord`; the
 serve action writes one) left a server running. The run's stored result is the record, so
 any later process (another ``harness run``, ``harness cancel RUN``) can find it. When the
 harness stops it, it adds ``job.service = {"state": "stopped", "how": ..., "at": ...}`` to
@@ -22,9 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from pipeline.errors import PipelineError
-from pipeline.executor import Executor, executor_for
-from pipeline.service import ServiceRecord, stop_argv
-from pipeline.spec import HostSpec
+from pipeline.hosts.executor import Executor, executor_for
+from pipeline.spec.models import HostSpec
+from pipeline.vllm.service import ServiceRecord, stop_argv
 from state.fold import RunState
 from state.store import Store, utcnow
 

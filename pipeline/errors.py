@@ -48,7 +48,7 @@ class ExecutorError(PipelineError):
     def __init__(self, message: str, *, where: str | None = None, hint: str | None = None,
                  result: Any = None):
         super().__init__(message, where=where, hint=hint)
-        #: The :class:`pipeline.executor.Result` of the command, when there was one.
+        #: The :class:`pipeline.hosts.executor.Result` of the command, when there was one.
         self.result = result
 
 

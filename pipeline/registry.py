@@ -1,14 +1,14 @@
 """Which executor runs a host: the one table that names them.
 
-An executor is one module holding one :class:`pipeline.executor.Executor` subclass. Its
+An executor is one module holding one :class:`pipeline.hosts.executor.Executor` subclass. Its
 kind is named here, once, as ``"module:Class"``, and imported only when a host of that kind
 is used (so reading a spec never imports fabric, and a machine without Slurm never needs
 anything of it). A host's kind follows from its entry: ``scheduler: NAME`` picks that
 scheduler's executor, ``host:`` alone picks SSH, neither picks this machine.
 
-Adding an executor, e.g. for PBS: write ``pipeline/pbs.py`` with ``class PBSExecutor
+Adding an executor, e.g. for PBS: write ``pipeline/hosts/pbs.py`` with ``class PBSExecutor
 (Executor)`` whose constructor takes ``(host, *, hosts=None, notify=None, **kwargs)``, and
-add ``"pbs": "pipeline.pbs:PBSExecutor"`` to :data:`SCHEDULERS` (or call
+add ``"pbs": "pipeline.hosts.pbs:PBSExecutor"`` to :data:`SCHEDULERS` (or call
 :func:`register_executor` from a plugin with ``scheduler=True``). ``scheduler: pbs`` is then
 accepted by the spec and reaches that class. Standard library only.
 """
@@ -22,12 +22,12 @@ __all__ = ["EXECUTORS", "SCHEDULERS", "executor_class", "executor_kind", "regist
 
 #: Kinds of host that are a transport: where shell commands and files go.
 EXECUTORS: dict[str, str] = {
-    "local": "pipeline.local:LocalExecutor",
-    "ssh": "pipeline.ssh:SSHExecutor",
+    "local": "pipeline.hosts.local:LocalExecutor",
+    "ssh": "pipeline.hosts.ssh:SSHExecutor",
 }
 #: Kinds a host names with ``scheduler:``; each submits jobs through a transport above.
 SCHEDULERS: dict[str, str] = {
-    "slurm": "pipeline.slurm:SlurmExecutor",
+    "slurm": "pipeline.hosts.slurm:SlurmExecutor",
 }
 
 

@@ -36,7 +36,7 @@ __all__ = ["DEFAULT_TAU_GAP", "NOT_A_GATE", "SERVED_KEYS", "GateFormError", "Off
 
 
 class Stage(Protocol):
-    """What these rules read of a spec's stage: :class:`pipeline.spec_models.Stage` has this
+    """What these rules read of a spec's stage: :class:`pipeline.spec.models.Stage` has this
     shape, but its module imports :mod:`pipeline.actions`, which imports this one."""
 
     @property

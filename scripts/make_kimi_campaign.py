@@ -29,7 +29,7 @@ import state.store as store_mod
 import state.tx as tx_mod
 from harness import formats
 from harness import todos as uc
-from harness.agent import todowrite
+from harness.agents.todolist import todowrite
 from harness.export import export_lines
 from state.store import Store
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.spec import HostSpec
+from pipeline.spec.models import HostSpec
 from tests.sshd import SSHServer, free_port, started
 
 MUNGED = shutil.which("munged", path="/usr/sbin:/usr/bin:/sbin") or "/usr/sbin/munged"

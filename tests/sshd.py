@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.spec import HostSpec
+from pipeline.spec.models import HostSpec
 
 SSHD = shutil.which("sshd", path="/usr/sbin:/usr/local/sbin:/sbin") or "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, select
 
 from harness import formats, todos
-from harness.agent import todowrite
+from harness.agents.todolist import todowrite
 from state import migrations
 from state import tx as tx_mod
 from state.connection import normalize_url

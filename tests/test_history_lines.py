@@ -17,7 +17,7 @@ import pytest
 
 from harness.render import VALUE_WIDTH, describe
 from harness.runner.ownership import host_record
-from pipeline.spec_models import HostSpec
+from pipeline.spec.models import HostSpec
 from state.store import Store
 from tests.conftest import DATA, ROOT
 

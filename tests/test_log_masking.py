@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.runner.logs import LogReader
-from pipeline.executor import JobHandle
-from pipeline.local import LocalExecutor
-from pipeline.spec import HostSpec
+from pipeline.hosts.executor import JobHandle
+from pipeline.hosts.local import LocalExecutor
+from pipeline.spec.models import HostSpec
 from state.store import Store
 from tests.test_runner import make_runner, write_spec
 

@@ -36,7 +36,7 @@ WORKER = textwrap.dedent("""
     import contextlib, io, json, sys, time
     from pathlib import Path
     from harness import formats, todos
-    from harness.agent import todowrite
+    from harness.agents.todolist import todowrite
     from harness.cli.main import main
     from state.store import Store
 

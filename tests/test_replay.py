@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from harness import formats, replay
 from harness import todos as uc
-from harness.agent import todowrite
+from harness.agents.todolist import todowrite
 from harness.errors import HarnessError
 from state import tx as tx_mod
 from state.rebuild import rebuild

@@ -92,7 +92,7 @@ def test_bad_time_options_are_one_line_usage_errors(tmp_path: Path, cli) -> None
 
 
 def test_scale_is_validated_in_the_spec_model() -> None:
-    from pipeline.spec import parse_spec
+    from pipeline.spec.load import parse_spec
 
     try:
         parse_spec({"pipeline": "p", "defaults": {"timeout_scale": "2x"},

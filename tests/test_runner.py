@@ -16,7 +16,7 @@ import yaml
 
 from harness import todos as uc
 from harness.runner import Runner, evaluate_gate, stage_status
-from pipeline.spec import load_spec
+from pipeline.spec.load import load_spec
 from state.store import Store
 from tests.conftest import ROOT
 

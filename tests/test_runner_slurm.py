@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.spec import HostSpec
+from pipeline.spec.models import HostSpec
 from state.store import Store
 from tests.conftest import ROOT, run_cli
 from tests.slurm import SlurmCluster, SlurmUnavailable

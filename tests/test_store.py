@@ -101,7 +101,7 @@ WRITER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
     from harness import formats, todos
-    from harness.agent import todowrite
+    from harness.agents.todolist import todowrite
     from state.store import Store
     db, who, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
     store = Store.open(db)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from harness import formats, todos
-from harness.agent import todoread, todowrite
+from harness.agents.todolist import todoread, todowrite
 from harness.errors import InputError
 from state.store import Store
 

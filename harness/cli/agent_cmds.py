@@ -84,7 +84,7 @@ def prime_cmd(agent: str, no_list: bool) -> None:
     or have the agent run it at the start of its work. Kept within 1,500 tokens
     (cl100k_base; docs/PERFORMANCE.md), the list cut short with a count if it is long.
     """
-    from harness.prime import prime_text
+    from harness.agents.prime import prime_text
 
     h = harness()
     click.echo(prime_text(h, agent=agent, with_list=not no_list))

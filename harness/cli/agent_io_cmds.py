@@ -40,8 +40,8 @@ def mcp_cmd(actor: str | None, tools: str | None) -> None:
     opencode:     "mcp": {"harness": {"type": "local", "command": ["harness", "mcp"]}}
     Codex:        [mcp_servers.harness] command = "harness", args = ["mcp"]
     """
-    from harness.agent_tools import select_tools
-    from harness.mcp_server import serve
+    from harness.agents.mcp_server import serve
+    from harness.agents.tools import select_tools
 
     chosen = select_tools(tools)  # a bad name fails here, before the server starts
     serve(harness(announce=False), actor=actor, tools=chosen)
@@ -138,7 +138,7 @@ def _install_options(fn):  # type: ignore[no-untyped-def]
 
 def _install(agent: str, scope: str, dry_run: bool, command: str | None,
              codex: str | None = None) -> None:
-    from harness.hook_install import codex_config, install
+    from harness.agents.install import codex_config, install
 
     hooks = install(agent, scope=scope, cwd=Path.cwd(), command=command)
     plans = [hooks]
@@ -204,7 +204,7 @@ def watch_codex(directory: Path | None, interval: float, once: bool, backfill: b
     neither repeats nor misses a call; rollouts created while it was down are read from
     their start. Prints one line per plan ingested. Stop it with Ctrl-C.
     """
-    from harness.codex_watch import CodexWatcher
+    from harness.agents.codex_watch import CodexWatcher
 
     root = directory or codex_home() / "sessions"
     if not root.is_dir():

@@ -154,8 +154,8 @@ def read_payload(path: Path | None, where: str,
 def todowrite(h: Any, *, fmt: str, actor: str | None, path: Path | None,
               no_response_view: bool) -> None:
     from harness import formats
-    from harness.agent import agent_actor
-    from harness.agent import todowrite as write_list
+    from harness.agents.todolist import agent_actor
+    from harness.agents.todolist import todowrite as write_list
     from state.interrupts import hold_after_commit
 
     where = str(path) if path else "stdin"
@@ -173,7 +173,7 @@ def todowrite(h: Any, *, fmt: str, actor: str | None, path: Path | None,
 
 
 def todoread(h: Any, fmt: str) -> None:
-    from harness.agent import todoread as read_list
+    from harness.agents.todolist import todoread as read_list
 
     sess = h.session()
     out(read_list(h.store, sess.id, fmt, session_name=sess.name))
@@ -182,7 +182,7 @@ def todoread(h: Any, fmt: str) -> None:
 def next_todo(h: Any, *, claim: bool, actor: str | None, as_json: bool) -> int:
     """``harness next``: the todo to work on now (claimed, with ``--claim``). Exit 0 with
     one, 1 when nothing is ready (so scripts can loop on it)."""
-    from harness.claims import next_ready, render_next
+    from harness.agents.claims import next_ready, render_next
 
     sess = h.session()
     found = next_ready(h.store, sess.id, claim=claim, actor=actor)
@@ -202,21 +202,21 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None) 
         if agent in ("claude-code", "codex"):
             # The project's store is found from the project directory, wherever the agent
             # runs the hook from.
-            from harness.claude_hooks import project_dir
+            from harness.agents.claude import project_dir
 
             where = project_dir(payload) if isinstance(payload, dict) else None
         if agent == "claude-code":
-            from harness.claude_hooks import handle, session_for
+            from harness.agents.claude import handle, session_for
 
             return handle(payload, _harness(db, session_for(payload, session),
                                             announce=False, cwd=where), actor=name)
         if agent == "codex":
-            from harness.codex_hooks import handle as handle_codex
-            from harness.codex_hooks import session_for as codex_session
+            from harness.agents.codex import handle as handle_codex
+            from harness.agents.codex import session_for as codex_session
 
             return handle_codex(payload, _harness(db, codex_session(payload, session),
                                                   announce=False, cwd=where), actor=name)
-        from harness.opencode_hooks import handle as handle_opencode
+        from harness.agents.opencode import handle as handle_opencode
 
         return handle_opencode(payload, _harness(db, session, announce=False), actor=name)
 
@@ -226,7 +226,7 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None) 
         try:
             close()
         except Exception as exc:  # closing must not fail the agent either
-            from harness.logfile import log
+            from harness.agents.logfile import log
 
             log("hooks", f"{agent}: closing the store: {exc}")
     return 0
@@ -237,7 +237,7 @@ def never_fail(name: str, body: Callable[[], str | None]) -> None:
     try:
         text = body()
     except Exception as exc:
-        from harness.logfile import log, log_path
+        from harness.agents.logfile import log, log_path
 
         # Our own errors are one line; anything else is a bug, kept with its traceback.
         where = log("hooks", f"{name}: {exc}", None if isinstance(exc, KNOWN_ERRORS) else exc)

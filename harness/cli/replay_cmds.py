@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from harness import replay as rp
-from harness.agent import todo_json
+from harness.agents.todolist import todo_json
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.cli.todo_cmds import BADGE, GLYPH, print_board
 from harness.errors import KNOWN_ERRORS, NoSession, UsageError, exit_code, render

@@ -16,13 +16,14 @@ from harness.runner import Runner, cancel_run, stage_status
 from harness.runner.deadline import stage_timeout
 from harness.runner.plan import plan_run
 from harness.runner.scheduler import check_overrides, stage_host, stage_scope
-from pipeline.durations import format_duration, parse_duration
 from pipeline.eagle3.campaign_plan import plan as campaign_plan
 from pipeline.eagle3.disk_estimate import estimates as disk_estimates
-from pipeline.params import check_params
 from pipeline.redact import redact_text
 from pipeline.served_gates import offline_pair
-from pipeline.spec import Pipeline, load_spec, parse_scale
+from pipeline.spec.durations import format_duration, parse_duration
+from pipeline.spec.load import load_spec
+from pipeline.spec.models import Pipeline, parse_scale
+from pipeline.spec.params import check_params
 from state.fold import RUN_FINAL
 from state.interrupts import TerminateRequested, stop_signals_raise
 from state.store import Store

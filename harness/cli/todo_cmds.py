@@ -68,7 +68,7 @@ def add(text: str, priority: str, stage: str | None, move_stage: bool,
     t = uc.add(h.store, sid, text, priority=priority, stage=stage, depends_on=depends,
                move_stage=move_stage)
     if as_json:
-        from harness.agent import todo_json
+        from harness.agents.todolist import todo_json
 
         emit_json(todo_json(t, {t.num: t}))
     else:
@@ -90,7 +90,7 @@ def list_(statuses: tuple[str, ...], as_json: bool) -> None:
     shown = [t for t in todos if not statuses or t.status in statuses]
     shown.sort(key=board_key)
     if as_json:
-        from harness.agent import todo_json
+        from harness.agents.todolist import todo_json
 
         emit_json([todo_json(t, by_num) for t in shown])
         return
@@ -121,11 +121,11 @@ def show(todo_id: str, as_json: bool) -> None:
     events = h.store.events(sid, todo_id=num)
     runs = h.store.runs(sid, todo_id=num)
     verifications = h.store.verifications(sid, todo_id=num)
-    from harness.claude_task_files import task_of
+    from harness.agents.claude_task_files import task_of
 
     link = task_of(h.store, sid, num)
     if as_json:
-        from harness.agent import todo_json  # the agent's JSON shape of a todo
+        from harness.agents.todolist import todo_json  # the agent's JSON shape of a todo
 
         data = todo_json(t, by_num)
         if link is not None:

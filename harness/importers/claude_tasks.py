@@ -27,8 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.claude_hooks import ACTOR
-from harness.claude_task_map import TASK_STATUSES, create_task, load_map, save_map, status_change
+from harness.agents.claude import ACTOR
+from harness.agents.claude_tasks import (
+    TASK_STATUSES,
+    create_task,
+    load_map,
+    save_map,
+    status_change,
+)
 from harness.errors import InputError
 from harness.importers.base import ImportReport
 from state.store import Store, Tx, normalize_ts

@@ -6,7 +6,7 @@ fails (an unreadable file, a store error, or any malformed line under ``--strict
 leaves the store exactly as it was, and a session it would have created does not exist.
 Files are independent: ``harness import a b`` commits ``a`` even if ``b`` then fails.
 
-**The same events as live.** Each call goes through :func:`harness.agent.apply_write`,
+**The same events as live.** Each call goes through :func:`harness.agents.todolist.apply_write`,
 the merge a live ``todowrite`` uses, as the live hooks' actor (``agent:claude-code``, ``agent:opencode``,
 ``agent:codex``) with the call's original time
 and its tool-call id in ``ref``. The agent never read our answer, so its next write is
@@ -31,9 +31,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from harness.agent import apply_write
-from harness.claude_hooks import ACTOR as CLAUDE_ACTOR
-from harness.codex_watch import ACTOR as CODEX_ACTOR
+from harness.agents.claude import ACTOR as CLAUDE_ACTOR
+from harness.agents.codex_watch import ACTOR as CODEX_ACTOR
+from harness.agents.todolist import apply_write
 from harness.errors import InputError
 from harness.importers import harness_jsonl
 from harness.importers.base import (

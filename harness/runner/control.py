@@ -13,8 +13,8 @@ from harness.paths import data_dir
 from harness.runner.deadline import duration
 from harness.runner.scheduler import stage_named
 from harness.services import service_of, service_stopped, stop_service
-from pipeline.executor import executor_for
-from pipeline.spec import HostSpec
+from pipeline.hosts.executor import executor_for
+from pipeline.spec.models import HostSpec
 from state.fold import RUN_FINAL, RunState
 from state.store import Store, utcnow
 
@@ -89,7 +89,7 @@ def start_stage(store: Store, session_name: str, spec_path: str, stage: str, *,
     import subprocess
     import sys
 
-    from pipeline.spec import load_spec
+    from pipeline.spec.load import load_spec
 
     spec = load_spec(spec_path)
     stage_named(spec, stage)

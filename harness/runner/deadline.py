@@ -18,8 +18,8 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
-from pipeline.durations import format_duration
-from pipeline.spec import Pipeline, Stage
+from pipeline.spec.durations import format_duration
+from pipeline.spec.models import Pipeline, Stage
 from state.fold import RunState
 from state.store import utcnow
 

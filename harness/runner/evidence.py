@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.gates import gate_items
 from pipeline.actions import StageResult
-from pipeline.spec import Stage
+from pipeline.spec.models import Stage
 from state.store import Tx
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipeline.executor import Executor, JobHandle
+from pipeline.hosts.executor import Executor, JobHandle
 
 LOG_FLUSH_BYTES = 64 * 1024
 LOG_FLUSH_SECONDS = 1.0

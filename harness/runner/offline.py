@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.served_gates import TAU_GAP, offline_pair
-from pipeline.spec import Pipeline, Stage
+from pipeline.spec.models import Pipeline, Stage
 from state.fold import VerificationState
 from state.store import Store
 

@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from pipeline.spec import HostSpec
+from pipeline.spec.models import HostSpec
 from state.store import Store
 
 RUNNER = "runner"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from harness.runner.ownership import ACTIVE, owner_alive
 from harness.services import stopped_servers
-from pipeline.spec import Pipeline
+from pipeline.spec.models import Pipeline
 from state.fold import RunState, TodoState
 from state.store import Store
 

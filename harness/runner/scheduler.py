@@ -19,9 +19,9 @@ from harness.render import safe_line
 from harness.runner.ownership import ACTIVE, RUNNER, host_record, job_key, owner_alive, owner_id
 from harness.runner.supervise import Outcome, Supervisor
 from harness.services import stop_services, stopped_servers
-from pipeline.executor import Executor
+from pipeline.hosts.executor import Executor
 from pipeline.redact import secret_values
-from pipeline.spec import HostSpec, Pipeline, Stage
+from pipeline.spec.models import HostSpec, Pipeline, Stage
 from state.fold import PRIORITY_RANK, RunState, TodoState, unmet_dependencies
 from state.store import Store, Tx
 

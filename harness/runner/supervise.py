@@ -26,9 +26,9 @@ from harness.runner.offline import offline_context, with_gap
 from harness.runner.ownership import RUNNER, job_key
 from pipeline.actions import StageResult
 from pipeline.errors import ExecutorError, HostUnreachable, JobError, PipelineError
-from pipeline.executor import Executor, JobHandle, JobStatus, executor_for
-from pipeline.ship import code_env, ensure_shipped, package_hash
-from pipeline.spec import HostSpec, Pipeline, Stage
+from pipeline.hosts.executor import Executor, JobHandle, JobStatus, executor_for
+from pipeline.hosts.ship import code_env, ensure_shipped, package_hash
+from pipeline.spec.models import HostSpec, Pipeline, Stage
 from state.fold import RunState
 from state.store import Store, utcnow
 

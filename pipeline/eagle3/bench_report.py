@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.eagle3.load_levels import Level
-from pipeline.openai_client import StreamTiming
+from pipeline.vllm.openai_client import StreamTiming
 
 __all__ = ["OutputComparison", "compare_outputs", "level_rows", "render_table"]
 

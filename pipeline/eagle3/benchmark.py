@@ -8,7 +8,7 @@ to the baseline server, then to the speculative one, ``concurrency`` requests in
 a time, as streaming chat (or completions) requests. Per server and level it measures
 output tokens/s, time to first token (TTFT), time per output token (TPOT) and latency,
 with p50/p90/p99. Around every level it scrapes ``/metrics``; the spec-decode counter
-deltas (:mod:`pipeline.vllm_metrics`) give the acceptance rate, mean acceptance length and
+deltas (:mod:`pipeline.vllm.metrics`) give the acceptance rate, mean acceptance length and
 per-position acceptance. The speedup at each level is spec tokens/s over baseline tokens/s,
 measured in the same run, minutes apart, so the ratio is fair even on a noisy host.
 
@@ -64,8 +64,8 @@ from pipeline.eagle3.bench_report import (
 from pipeline.eagle3.heldout import excluded, user_text
 from pipeline.eagle3.load_levels import Interrupted, Level, run_level
 from pipeline.errors import ActionError
-from pipeline.openai_client import get
-from pipeline.vllm_metrics import SpecDelta, SpecSnapshot, spec_delta, spec_snapshot
+from pipeline.vllm.metrics import SpecDelta, SpecSnapshot, spec_delta, spec_snapshot
+from pipeline.vllm.openai_client import get
 
 ACTION = "eagle3.benchmark"
 

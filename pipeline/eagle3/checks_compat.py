@@ -1,7 +1,7 @@
 """Compatibility checks: would this host's vLLM serve this verifier with this drafter?
 
 The question is asked of the installed vLLM itself, in its own interpreter, in one child
-process (:func:`pipeline.vllm_compat.ask` running :mod:`pipeline.vllm_probe`): the target
+process (:func:`pipeline.vllm.compat.ask` running :mod:`pipeline.vllm.probe`): the target
 ``model_type`` rule, the drafter architecture after ``EAGLEConfig``'s rename, the
 registry, whether its EAGLE-3 Llama model reads ``norm_before_residual``, and what its
 loader does with the checkpoint's tensors. Where vLLM is not importable, the answers come
@@ -23,7 +23,7 @@ from typing import Any
 from pipeline.actions import Check
 from pipeline.eagle3.checkpoint_files import DrafterLayout, VerifierInfo, WeightSet, weight_files
 from pipeline.eagle3.checks_vllm_weights import table_sources, vllm_sources, weights_check
-from pipeline.vllm_compat import ask, compat_checks
+from pipeline.vllm.compat import ask, compat_checks
 
 
 def compatibility_checks(verifier: VerifierInfo, layout: DrafterLayout, checkpoint: Path, *,

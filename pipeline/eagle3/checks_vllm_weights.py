@@ -3,7 +3,7 @@
 A missing ``d2t``, ``lm_head`` or ``norm.weight`` loads silently in vLLM (as the identity
 mapping, the target's head, or ones), so the loader's view is worth stating. Two sources:
 
-- **vLLM's own**: with a vLLM interpreter, :func:`pipeline.vllm_probe.weight_sources`
+- **vLLM's own**: with a vLLM interpreter, :func:`pipeline.vllm.probe.weight_sources`
   builds vLLM's drafter class on the meta device and feeds its ``load_weights`` the
   checkpoint's names and shapes; every parameter it fills is recorded, and what is left
   is taken from the target (embeddings, lm_head: vLLM's proposer shares them when the

@@ -1,7 +1,7 @@
 """One server at one concurrency: the requests in flight, their timings, and the summary.
 
 :func:`run_level` sends ``level.requests`` streaming requests (OpenAI chat or completions,
-:mod:`pipeline.openai_client`), ``level.concurrency`` at a time, and records each one's
+:mod:`pipeline.vllm.openai_client`), ``level.concurrency`` at a time, and records each one's
 timing into its :class:`Level`; :meth:`Level.summary` gives throughput and TTFT/TPOT/latency
 percentiles. :mod:`.benchmark` runs a level per server and concurrency. Standard library
 only.
@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.openai_client import StreamTiming, stream_request
-from pipeline.vllm_metrics import SpecDelta
+from pipeline.vllm.metrics import SpecDelta
+from pipeline.vllm.openai_client import StreamTiming, stream_request
 
 __all__ = ["Interrupted", "Level", "percentiles", "run_level"]
 

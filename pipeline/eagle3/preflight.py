@@ -4,7 +4,7 @@ problem, each saying what to change.
 Run on the GPU host, as a stage, before the serve stages:
 
 - ``vllm_installed``, ``vllm_eagle3_target``, ``vllm_eagle3_drafter``: asked of the host's
-  own vLLM (:mod:`pipeline.vllm_compat`; a table of known rules when vLLM is absent,
+  own vLLM (:mod:`pipeline.vllm.compat`; a table of known rules when vLLM is absent,
   labelled as a fallback);
 - ``model_files``: verifier and drafter directories (or hub-cache snapshots) with weights;
 - ``drafter_d2t``: a drafter with a smaller vocabulary carries ``d2t`` (vLLM silently uses
@@ -33,9 +33,9 @@ from typing import Any
 
 from pipeline.actions import StageResult, make_parser, run_action
 from pipeline.errors import ActionError
-from pipeline.model_files import ModelFiles, read_model, text_config
-from pipeline.vllm_compat import compat_checks
-from pipeline.vllm_server import command_arg, port_in_use, port_owner
+from pipeline.vllm.compat import compat_checks
+from pipeline.vllm.model_files import ModelFiles, read_model, text_config
+from pipeline.vllm.server import command_arg, port_in_use, port_owner
 
 ACTION = "eagle3.preflight"
 GIB = 1024**3

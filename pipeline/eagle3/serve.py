@@ -5,7 +5,7 @@ Starts ``vllm serve TARGET --speculative-config '{"method":"eagle3","model":DRAF
 the server outlives this action; copies the server's log to stdout while it starts (the
 harness streams stdout into the store); waits for ``/health`` and ``/v1/models``; and exits
 0 leaving the server running, with ``metrics.service`` saying how to find and stop it
-(:mod:`pipeline.service`). The harness stops it when the pipeline run ends, unless the
+(:mod:`pipeline.vllm.service`). The harness stops it when the pipeline run ends, unless the
 stage says ``keep: true``.
 
 It refuses to start on a port that something already listens on, since a health check
@@ -31,9 +31,8 @@ from pathlib import Path
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
 from pipeline.errors import ActionError
-from pipeline.openai_client import get
-from pipeline.service import ServiceRecord, process_start_time, stop_group
-from pipeline.vllm_server import (
+from pipeline.vllm.openai_client import get
+from pipeline.vllm.server import (
     command_arg,
     error_line,
     json_value,
@@ -42,6 +41,7 @@ from pipeline.vllm_server import (
     serve_argv,
     startup_phases,
 )
+from pipeline.vllm.service import ServiceRecord, process_start_time, stop_group
 
 ACTION = "eagle3.serve"
 

@@ -1,9 +1,10 @@
-"""harness/agent_notice.py on a real store: what others changed since an agent last saw
+"""harness/agents/notice.py on a real store: what others changed since an agent last saw
 its list, told once, in its own words, surviving processes (the mark is in the store)."""
 
 from __future__ import annotations
 
-from harness import agent_notice, todos
+from harness import todos
+from harness.agents import notice as agent_notice
 from state.store import Store
 
 AGENT = "agent:claude-code"

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from harness.agent_tools import TOOLS
+from harness.agents.tools import TOOLS
 from state.store import Store
 from tests.agents.mcp_client import mcp_session
 from tests.conftest import harness_subprocess

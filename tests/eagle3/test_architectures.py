@@ -15,8 +15,8 @@ from harness.gates import gate_items
 from pipeline.eagle3 import generate, verify
 from pipeline.eagle3.drafter import load_drafter, verifier_matrix
 from pipeline.eagle3.shards import ShardReader, list_shards
-from pipeline.params import check_params
-from pipeline.spec import load_spec
+from pipeline.spec.load import load_spec
+from pipeline.spec.params import check_params
 
 from .conftest import VERIFY_SMALL, ok, run_stage
 

@@ -11,7 +11,7 @@ import yaml
 
 from pipeline.eagle3.datafiles import read_tokens
 from pipeline.eagle3.disk_estimate import estimates
-from pipeline.spec import load_spec
+from pipeline.spec.load import load_spec
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.ml

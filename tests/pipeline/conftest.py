@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.executor import Executor, JobHandle, JobStatus
-from pipeline.spec import HostSpec
+from pipeline.hosts.executor import Executor, JobHandle, JobStatus
+from pipeline.spec.models import HostSpec
 
 MakeExecutor = Callable[[], Executor]
 
@@ -21,7 +21,7 @@ def make_executor(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ma
     machine, a real sshd, and a real sshd without SFTP (files over exec channels)."""
     made: list[Executor] = []
     if request.param == "local":
-        from pipeline.local import LocalExecutor
+        from pipeline.hosts.local import LocalExecutor
 
         host = HostSpec(workdir=str(tmp_path / "work"))
 
@@ -29,7 +29,7 @@ def make_executor(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ma
             made.append(LocalExecutor(host))
             return made[-1]
     else:
-        from pipeline.ssh import SSHExecutor
+        from pipeline.hosts.ssh import SSHExecutor
 
         server = request.getfixturevalue("sshd" if request.param == "ssh" else "sshd_no_sftp")
         if server.proc is None or server.proc.poll() is not None:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import jobscripts
 from pipeline.errors import CommandTimeout
-from pipeline.executor import Executor
+from pipeline.hosts import jobscripts
+from pipeline.hosts.executor import Executor
 
 TRICKY = {
     "HF_TOKEN": "hf_it's a \"token\" $(touch pwned) `id`\nsecond line\n",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import CommandFailed, CommandTimeout, ExecutorError, JobError
-from pipeline.executor import Executor, JobHandle
+from pipeline.hosts.executor import Executor, JobHandle
 
 from .conftest import MakeExecutor, process_alive, wait_for, wait_until
 

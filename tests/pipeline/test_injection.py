@@ -10,8 +10,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.executor import Executor
-from pipeline.spec import HostSpec, Stage
+from pipeline.hosts.executor import Executor
+from pipeline.spec.models import HostSpec, Stage
 
 from .conftest import wait_for
 
@@ -104,7 +104,7 @@ def test_run_stage_is_shell_by_design_but_only_once(executor: Executor, tmp_path
        value=st.text(alphabet=st.characters(blacklist_categories=("Cs",),
                                             blacklist_characters="\x00")))
 def test_any_text_round_trips_locally(tmp_path: Path, args: list[str], value: str) -> None:
-    from pipeline.local import LocalExecutor
+    from pipeline.hosts.local import LocalExecutor
 
     out = tmp_path / "any.json"
     ex = LocalExecutor(HostSpec(workdir=str(tmp_path)))

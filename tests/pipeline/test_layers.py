@@ -18,12 +18,12 @@ def loaded_after(statement: str) -> set[str]:
 
 
 def test_executor_interface_does_not_import_fabric() -> None:
-    mods = loaded_after("import pipeline.executor, pipeline.local, pipeline.spec, pipeline.ship")
+    mods = loaded_after("import pipeline.hosts.executor, pipeline.hosts.local, pipeline.spec.load, pipeline.hosts.ship")
     assert "fabric" not in mods and "paramiko" not in mods
     assert not {"harness", "state", "tui"} & mods
 
 
 def test_stage_side_modules_need_only_the_standard_library() -> None:
     mods = loaded_after("import pipeline, pipeline.actions, pipeline.errors, "
-                        "pipeline.jobscripts, pipeline.redact, pipeline.durations")
+                        "pipeline.hosts.jobscripts, pipeline.redact, pipeline.spec.durations")
     assert not {"pydantic", "yaml", "invoke", "fabric", "paramiko"} & mods

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.local import LocalExecutor
-from pipeline.spec import HostSpec
+from pipeline.hosts.local import LocalExecutor
+from pipeline.spec.models import HostSpec
 from tests.pipeline.conftest import wait_for
 
 SECRET = "hf_n0t_in_argv_3141592"

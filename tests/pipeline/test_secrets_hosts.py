@@ -245,8 +245,8 @@ def test_a_queued_jobs_environment_file_is_private_and_goes_with_the_job(
         tmp_path: Path, slurm: SlurmCluster) -> None:
     """While a batch job waits, its environment is a 0600 file; a job cancelled before it
     ever ran never reads it, so the harness removes it when it sees the job end."""
-    from pipeline.slurm import SlurmExecutor
-    from pipeline.spec import HostSpec
+    from pipeline.hosts.slurm import SlurmExecutor
+    from pipeline.spec.models import HostSpec
 
     secret = f"hf_{secrets.token_hex(16)}"
     host = HostSpec.model_validate({"name": "cluster", "scheduler": "slurm",

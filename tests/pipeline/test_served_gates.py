@@ -11,7 +11,7 @@ import yaml
 
 from harness.gates import gate_items
 from pipeline.served_gates import offline_pair
-from pipeline.spec import parse_spec
+from pipeline.spec.load import parse_spec
 from tests.conftest import run_cli
 
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pipeline
-from pipeline.executor import Executor
-from pipeline.ship import code_dir, code_env, ensure_shipped, package_hash
+from pipeline.hosts.executor import Executor
+from pipeline.hosts.ship import code_dir, code_env, ensure_shipped, package_hash
 
 
 def test_hash_ignores_caches_and_sees_edits(tmp_path: Path) -> None:

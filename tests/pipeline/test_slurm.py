@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import JobError
-from pipeline.executor import Executor, JobHandle, JobStatus, executor_for
-from pipeline.slurm import SlurmExecutor
-from pipeline.spec import HostSpec
+from pipeline.hosts.executor import Executor, JobHandle, JobStatus, executor_for
+from pipeline.hosts.slurm import SlurmExecutor
+from pipeline.spec.models import HostSpec
 from tests.slurm import SlurmCluster
 
 pytestmark = pytest.mark.slurm

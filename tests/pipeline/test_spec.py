@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.actions import params_to_argv
-from pipeline.durations import format_duration, parse_duration
 from pipeline.errors import SpecError
-from pipeline.spec import HostSpec, Stage, load_spec, parse_spec
+from pipeline.spec.durations import format_duration, parse_duration
+from pipeline.spec.load import load_spec, parse_spec
+from pipeline.spec.models import HostSpec, Stage
 from pipeline.stage_graph import topological_order
 
 EXAMPLE = """\

@@ -12,9 +12,10 @@ import pytest
 
 from pipeline import registry
 from pipeline.errors import SpecError
-from pipeline.executor import executor_for
-from pipeline.slurm import sbatch_flags
-from pipeline.spec import HostSpec, load_spec
+from pipeline.hosts.executor import executor_for
+from pipeline.hosts.slurm import sbatch_flags
+from pipeline.spec.load import load_spec
+from pipeline.spec.models import HostSpec
 from tests.conftest import ROOT
 
 
@@ -85,7 +86,7 @@ def test_the_registry_picks_each_kind_and_a_new_one_is_one_line(
     assert registry.executor_kind(slurm, transport=True) == "ssh"
     # a plugin's scheduler: its module, registered, is what the spec accepts and runs
     plugin = tmp_path / "plugin_pbs.py"
-    plugin.write_text("from pipeline.local import LocalExecutor\n\n"
+    plugin.write_text("from pipeline.hosts.local import LocalExecutor\n\n"
                       "class PBSExecutor(LocalExecutor):\n    kind = 'pbs'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(registry.SCHEDULERS, "pbs", "plugin_pbs:PBSExecutor")
@@ -97,8 +98,8 @@ def test_the_registry_picks_each_kind_and_a_new_one_is_one_line(
 
 
 def test_slurm_and_registry_modules_do_not_import_fabric() -> None:
-    code = ("import json, sys, pipeline.registry, pipeline.slurm, pipeline.slurm_watch, "
-            "pipeline.host_checks; print(json.dumps(sorted(sys.modules)))")
+    code = ("import json, sys, pipeline.registry, pipeline.hosts.slurm, pipeline.hosts.slurm_watch, "
+            "pipeline.spec.host_checks; print(json.dumps(sorted(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, text=True,
                          capture_output=True, env={"PYTHONPATH": str(ROOT)}).stdout
     assert not {"fabric", "paramiko"} & {m.split(".")[0] for m in __import__("json").loads(out)}

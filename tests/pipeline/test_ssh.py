@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ExecutorError, HostUnreachable
-from pipeline.executor import executor_for
-from pipeline.spec import HostSpec
-from pipeline.ssh import SSHExecutor
+from pipeline.hosts.executor import executor_for
+from pipeline.hosts.ssh import SSHExecutor
+from pipeline.spec.models import HostSpec
 from tests.sshd import SSHServer, free_port, keygen
 
 from .conftest import wait_for

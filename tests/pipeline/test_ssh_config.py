@@ -16,8 +16,9 @@ import pytest
 
 from harness.runner import Runner
 from pipeline.errors import HostUnreachable
-from pipeline.spec import HostSpec, load_spec
-from pipeline.ssh import SSHExecutor
+from pipeline.hosts.ssh import SSHExecutor
+from pipeline.spec.load import load_spec
+from pipeline.spec.models import HostSpec
 from state.store import Store
 from tests.sshd import SSHServer, free_port, keygen, started
 

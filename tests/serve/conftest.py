@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.openai_client import get
+from pipeline.vllm.openai_client import get
 from tests.serve.helpers import FAKE_COMMAND, kill_fakes
 from tests.sshd import free_port
 

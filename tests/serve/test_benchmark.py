@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.openai_client import get
-from pipeline.vllm_metrics import spec_delta, spec_snapshot
+from pipeline.vllm.metrics import spec_delta, spec_snapshot
+from pipeline.vllm.openai_client import get
 from tests.conftest import ROOT
 from tests.serve.helpers import CHAT_PROMPTS
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pipeline.openai_client import get, stream_request
-from pipeline.vllm_metrics import spec_delta, spec_snapshot
+from pipeline.vllm.metrics import spec_delta, spec_snapshot
+from pipeline.vllm.openai_client import get, stream_request
 from tests.sshd import free_port
 
 

@@ -23,10 +23,10 @@ import pytest
 from harness import todos as uc
 from harness.runner import Runner, cancel_run
 from harness.services import stop_services
-from pipeline.openai_client import get
-from pipeline.service import group_members
-from pipeline.spec import load_spec
-from pipeline.vllm_metrics import spec_delta, spec_snapshot
+from pipeline.spec.load import load_spec
+from pipeline.vllm.metrics import spec_delta, spec_snapshot
+from pipeline.vllm.openai_client import get
+from pipeline.vllm.service import group_members
 from state.store import Store
 from tests.conftest import ROOT
 from tests.serve.helpers import (

@@ -11,10 +11,10 @@ from tests.conftest import ROOT
 
 MODULES = ["pipeline.eagle3.preflight", "pipeline.eagle3.serve", "pipeline.eagle3.benchmark",
            "pipeline.eagle3.load_levels", "pipeline.eagle3.bench_report", "pipeline.eagle3.heldout",
-           "pipeline.vllm_compat", "pipeline.vllm_probe", "pipeline.vllm_drafter",
-           "pipeline.vllm_metrics",
-           "pipeline.vllm_server",
-           "pipeline.openai_client", "pipeline.service", "pipeline.model_files"]
+           "pipeline.vllm.compat", "pipeline.vllm.probe", "pipeline.vllm.drafter",
+           "pipeline.vllm.metrics",
+           "pipeline.vllm.server",
+           "pipeline.vllm.openai_client", "pipeline.vllm.service", "pipeline.vllm.model_files"]
 
 
 def test_serving_stages_import_only_the_standard_library() -> None:

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pipeline.vllm_compat import FALLBACK_TABLE, compat_checks, era_for, read_target_rule
+from pipeline.vllm.compat import FALLBACK_TABLE, compat_checks, era_for, read_target_rule
 from tests.conftest import ROOT
 from tests.serve.helpers import STANDIN_VLLM
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pipeline.vllm_metrics import parse_exposition, spec_delta, spec_snapshot
+from pipeline.vllm.metrics import parse_exposition, spec_delta, spec_snapshot
 
 
 def page(engines: dict[str, dict], model: str = "meta-llama/Llama-3.1-8B-Instruct",

@@ -10,8 +10,14 @@ import sys
 
 import pytest
 
-from pipeline.service import ServiceRecord, group_members, process_start_time, stop_argv, stop_group
-from pipeline.vllm_server import error_line, port_in_use, port_owner, serve_argv, startup_phases
+from pipeline.vllm.server import error_line, port_in_use, port_owner, serve_argv, startup_phases
+from pipeline.vllm.service import (
+    ServiceRecord,
+    group_members,
+    process_start_time,
+    stop_argv,
+    stop_group,
+)
 from tests.sshd import free_port
 
 

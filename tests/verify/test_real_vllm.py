@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.vllm_compat import PROBE
+from pipeline.vllm.compat import PROBE
 
 from .conftest import checks, run_verify, verify_params
 
@@ -117,7 +117,7 @@ def test_vllm_loads_and_runs_the_export_as_we_do(vllm_python, good, sequence, tm
     from pipeline.eagle3.checkpoint_files import read_layout
     from pipeline.eagle3.common import vllm_aux_order
     from pipeline.eagle3.served_drafter import load_served
-    from pipeline.vllm_server import serve_argv
+    from pipeline.vllm.server import serve_argv
 
     drafter, prefix = _variant(good, tmp_path, kind)
     layout = read_layout(drafter)
@@ -189,7 +189,7 @@ def test_served_in_bfloat16_vllm_stays_within_the_bf16_tolerance(vllm_python, go
     from safetensors.torch import save_file
 
     from pipeline.eagle3.served_drafter import load_served
-    from pipeline.vllm_server import serve_argv
+    from pipeline.vllm.server import serve_argv
 
     aux = torch.cat([sequence["hidden_states"][a][0] for a in (2, 3, 4)], dim=-1)
     save_file({"ids": sequence["ids"].contiguous(),

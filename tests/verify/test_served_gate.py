@@ -18,7 +18,7 @@ import pytest
 
 from harness import todos as uc
 from harness.runner import Runner
-from pipeline.spec import load_spec
+from pipeline.spec.load import load_spec
 from state.store import Store
 from tests.serve.helpers import CHAT_PROMPTS, FAKE_COMMAND, kill_fakes, wait_gone, write_spec
 from tests.sshd import free_port

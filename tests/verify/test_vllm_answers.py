@@ -17,7 +17,7 @@ import pytest
 
 from pipeline.eagle3.checkpoint_files import VerifierInfo, read_layout
 from pipeline.eagle3.checks_compat import compatibility_checks
-from pipeline.vllm_compat import compat_checks, package_version
+from pipeline.vllm.compat import compat_checks, package_version
 from tests.serve.helpers import STANDIN_VLLM, other_python
 
 from .conftest import checks, run_verify, verify_params

@@ -1,8 +1,8 @@
 """The real-vLLM compatibility test's half that runs in vLLM's own interpreter.
 
 Run by path (``PY -c 'runpy...' vllm_side.py IN.json OUT_DIR``, as
-:func:`pipeline.vllm_compat.ask` runs the probe): it cannot import this project, so it
-loads ``pipeline/vllm_probe.py`` by path too (and through it ``pipeline/vllm_drafter.py``). For one drafter export and its verifier it:
+:func:`pipeline.vllm.compat.ask` runs the probe): it cannot import this project, so it
+loads ``pipeline/vllm/probe.py`` by path too (and through it ``pipeline/vllm/drafter.py``). For one drafter export and its verifier it:
 
 1. parses the ``vllm serve`` command line ``eagle3.serve`` builds with vLLM's own parser
    and turns it into ``AsyncEngineArgs``;

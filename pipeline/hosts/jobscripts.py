@@ -8,7 +8,7 @@ directory::
         started     created exclusively (noclobber) by the one launch that wins
         env         only for a batch job, between submission and its start: the job's
                     environment, mode 0600, read and removed by job.sh before the command
-                    runs (:mod:`pipeline.slurm`)
+                    runs (:mod:`pipeline.hosts.slurm`)
         cmd         the command, redacted, for people
         job.sh      the wrapper below
         pid         the wrapper's pid = the job's process group and session id
@@ -66,7 +66,7 @@ class StdinEnv:
 
 def stdin_env(env: Mapping[str, str]) -> StdinEnv:
     """``env`` as :class:`StdinEnv`; names are checked by the executor
-    (:func:`pipeline.executor.check_env`)."""
+    (:func:`pipeline.hosts.executor.check_env`)."""
     lines = export_lines(env)
     end = f"# harness-env-end-{secrets.token_hex(8)}"
     while end in lines:  # a value holding the random end line: practically never
@@ -144,7 +144,7 @@ def job_wrapper(argv: list[str], cwd: str) -> str:
     only while the job waits in the queue.
     """
     return "\n".join([
-        "# Detached job wrapper written by the harness (pipeline/jobscripts.py).",
+        "# Detached job wrapper written by the harness (pipeline/hosts/jobscripts.py).",
         f"if [ -f {ENV_FILE} ]; then . ./{ENV_FILE}; rm -f {ENV_FILE}; fi",
         "if read -r st 2>/dev/null < /proc/$$/stat; then",
         "  r=${st##*) }",
@@ -165,7 +165,7 @@ def launch_script(run_dir: str, wrapper: str, description: str,
     """Start the job unless this run dir already has one; print ``launched|attached PID``.
 
     The job inherits the launching shell's environment, which the executor sets
-    (:meth:`pipeline.executor.Executor._shell_env`: over SSH the values arrive on the
+    (:meth:`pipeline.hosts.executor.Executor._shell_env`: over SSH the values arrive on the
     shell's standard input, on this machine in its environment): they reach the job without
     being in any argv or written to any file on the host.
     """

@@ -1,6 +1,6 @@
 """What a host entry must satisfy beyond its types: host-key settings that agree, and
 scheduler resources only on a scheduler's host, each well formed. Called by
-:func:`pipeline.spec.parse_spec` for every host; ``fail(where, message)`` raises the
+:func:`pipeline.spec.load.parse_spec` for every host; ``fail(where, message)`` raises the
 spec's one-line error."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pipeline.registry import SCHEDULERS
 
 if TYPE_CHECKING:
-    from pipeline.spec_models import HostSpec
+    from pipeline.spec.models import HostSpec
 
 __all__ = ["SCHEDULER_ONLY", "check_host"]
 

@@ -8,7 +8,7 @@ removes nothing it leaves out. After a cut the agent gets the list back: Claude 
 Codex take it from a ``SessionStart`` hook's ``hookSpecificOutput.additionalContext``,
 opencode's plugin from the text it is handed (:func:`restore_block`).
 
-Claude Code (:mod:`harness.claude_hooks`) and Codex (:mod:`harness.codex_hooks`) send the
+Claude Code (:mod:`harness.agents.claude`) and Codex (:mod:`harness.agents.codex`) send the
 same three events with the same fields, handled here by :func:`context_event`.
 """
 
@@ -48,7 +48,7 @@ def context_event(harness: Harness, payload: Mapping[str, Any], *, actor: str,
 
 def restore_block(harness: Harness, tail: str) -> str | None:
     """The session's list as the agent gets it back after a cut (None: the list is empty)."""
-    from harness.agent import prompt_block
+    from harness.agents.todolist import prompt_block
 
     sess = harness.session(create=True)
     todos = sorted(harness.store.todos(sess.id), key=lambda t: (t.position, t.num))

@@ -15,7 +15,7 @@ The answer changed across vLLM releases, and the seed lost a day to it (docs/ser
   ``SUPPORTED_SPECULATORS_TYPES``, which older releases lack entirely.
 
 So :func:`compat_checks` does not hard-code a list. :func:`ask` runs
-:mod:`pipeline.vllm_probe` in the host's vLLM interpreter, by file path from a scratch
+:mod:`pipeline.vllm.probe` in the host's vLLM interpreter, by file path from a scratch
 directory: that interpreter usually cannot import this project, and vLLM's imports and
 logs stay out of the caller. The probe reads the rule from the installed
 ``SpeculativeConfig`` source (``inspect`` + ``ast``), asks the installed ``EAGLEConfig``
@@ -43,12 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import Check
-from pipeline.vllm_probe import eagle3_rename, read_target_rule, target_model_type
+from pipeline.vllm.probe import eagle3_rename, read_target_rule, target_model_type
 
 __all__ = ["FALLBACK_TABLE", "ask", "compat_checks", "fallback_answer", "package_version",
            "read_target_rule"]
 
-PROBE = Path(__file__).with_name("vllm_probe.py")
+PROBE = Path(__file__).with_name("probe.py")
 # Runs the probe file as __main__ without putting its directory (or the caller's) first
 # on sys.path: pipeline/ holds modules named like common packages (errors, spec, ...).
 _BOOT = ("import runpy, sys; sys.argv = sys.argv[1:]; "
@@ -177,7 +177,7 @@ def fallback_answer(version: str | None, target_config: Mapping[str, Any],
     bounds = (f"read from vLLM {chosen.read}'s code, other versions approximate"
               if chosen.read else "approximate versions")
     label = (f"FALLBACK (vLLM not importable here; rules for vLLM {span} from the table in "
-             f"pipeline/vllm_compat.py, {bounds})")
+             f"pipeline/vllm/compat.py, {bounds})")
     hedge = "" if chosen.kind != "interface" else (
         " (families whose model class implements SupportsEagle3"
         + (f" in vLLM {chosen.read}" if chosen.read else "")
@@ -208,7 +208,7 @@ def fallback_answer(version: str | None, target_config: Mapping[str, Any],
 
 def ask(python: str | None, request: Mapping[str, Any], timeout: float = 300.0
         ) -> dict[str, Any]:
-    """:mod:`pipeline.vllm_probe`'s answers in ``python`` (default: this interpreter), in a
+    """:mod:`pipeline.vllm.probe`'s answers in ``python`` (default: this interpreter), in a
     child process started from a scratch directory. ``request`` as the probe reads it
     (``ask``, ``target``, ``draft``, ...); a child that cannot run answers every question
     with ``{"installed": False, "error": ...}``."""

@@ -2,7 +2,7 @@
 
 Field types carry the coercions a YAML author expects (``needs: train`` is ``[train]``,
 ``timeout: 2h`` is seconds, ``PORT: 8000`` is text); what types alone cannot say (names,
-references, cycles) is checked when a file is loaded (:mod:`pipeline.spec`).
+references, cycles) is checked when a file is loaded (:mod:`pipeline.spec.load`).
 ``docs/pipelines.md`` is the reference for the format. This module uses pydantic, so it
 runs on the harness side only.
 """
@@ -25,8 +25,8 @@ from pydantic import (
 )
 
 from pipeline.actions import BUILTIN_ACTIONS, params_to_argv
-from pipeline.durations import parse_duration
 from pipeline.errors import SpecError
+from pipeline.spec.durations import parse_duration
 from pipeline.stage_graph import topological_order
 
 __all__ = ["LOCAL", "MAX_TIMEOUT_SCALE", "PRIORITY_RANK", "Defaults", "HostSpec", "Pipeline",
@@ -77,7 +77,7 @@ def _threshold(value: object) -> float | list[float] | dict[str, Any] | list[dic
     """A gate threshold: a number, or a list of numbers (one per position, e.g.
     ``min_position_acceptance: [0.6, 0.4, 0.2]``); the keys on served numbers take a
     mapping or a list of them (``min_served_speedup: {at: 1, min: 1.3}``), which
-    :func:`pipeline.spec._check_gate` validates with the key in hand."""
+    :func:`pipeline.spec.load._check_gate` validates with the key in hand."""
     if isinstance(value, dict) or (isinstance(value, list) and value
                                    and all(isinstance(v, dict) for v in value)):
         return value  # type: ignore[return-value]

@@ -15,7 +15,7 @@ again at the next ``TaskList``, since only Claude's own fields are compared.)
 The rules:
 
 * Only what someone else changed is written: a field is written when the file still says
-  what Claude last told us (the task map, :mod:`harness.claude_task_map`) and our todo
+  what Claude last told us (the task map, :mod:`harness.agents.claude_tasks`) and our todo
   says something else. A file Claude changed since (a call our hooks have not seen yet)
   is left alone: Claude's newer word wins, and its hook brings it to us.
 * What a task can hold: the subject, the status (``blocked`` shows as ``pending``,
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.claude_task_map import TASK_VIEW, load_map, save_map
+from harness.agents.claude_tasks import TASK_VIEW, load_map, save_map
 from harness.formats import ViewItem
 from state.store import Store, Tx
 

@@ -8,7 +8,7 @@ entry gives (``user``, ``port``, ``key``, ``gateway``) overrides each. fabric re
 alias and builds one ``Connection`` per ``ProxyJump`` hop; what it gets wrong is fixed here:
 
 - every hop's client starts with ``AutoAddPolicy`` and loads no known_hosts, and fabric
-  ignores ``UserKnownHostsFile``: each hop is :func:`pipeline.hostkeys.secure`\\ d with its
+  ignores ``UserKnownHostsFile``: each hop is :func:`pipeline.hosts.hostkeys.secure`\\ d with its
   own ``UserKnownHostsFile``, else the entry's ``known_hosts``, else ``~/.ssh/known_hosts``;
 - hops get no connect timeout, and ``~`` in an ``IdentityFile`` is left to paramiko;
 - a ``ProxyJump`` hop whose address equals the target's is dropped by fabric without a word
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from fabric import Config, Connection
 
 from pipeline.errors import HostUnreachable
-from pipeline.hostkeys import default_known_hosts, secure
-from pipeline.spec_models import HostSpec
+from pipeline.hosts.hostkeys import default_known_hosts, secure
+from pipeline.spec.models import HostSpec
 
 __all__ = ["Hop", "Route", "known_hosts_name", "make_route"]
 

@@ -1,9 +1,9 @@
 """The executor for an SSH host, through fabric's ``Connection`` (paramiko underneath).
 
 How the connection is built (the user's ssh_config, the entry's overrides, a ``gateway``
-entry or ``ProxyJump`` hops, host keys on every hop) is :mod:`pipeline.ssh_config` and
-:mod:`pipeline.hostkeys`. Files go over SFTP; a host that refuses SFTP gets them over exec
-channels instead (:mod:`pipeline.transfer`, sha256 checked on both ends), and the run's
+entry or ``ProxyJump`` hops, host keys on every hop) is :mod:`pipeline.hosts.ssh_config` and
+:mod:`pipeline.hosts.hostkeys`. Files go over SFTP; a host that refuses SFTP gets them over exec
+channels instead (:mod:`pipeline.hosts.transfer`, sha256 checked on both ends), and the run's
 output says so once. The home directory is always found over an exec channel.
 
 fabric never sees an ``env=``: it would paste values into the command unquoted, and a
@@ -26,12 +26,12 @@ import paramiko
 from fabric import Connection
 from invoke.exceptions import CommandTimedOut, ThreadException
 
-from pipeline import transfer
 from pipeline.errors import CommandTimeout, ExecutorError, HostUnreachable
-from pipeline.executor import Executor, Result
-from pipeline.hostkeys import UnknownHostKey, changed_key_message
-from pipeline.spec_models import HostSpec
-from pipeline.ssh_config import Route, make_route
+from pipeline.hosts import transfer
+from pipeline.hosts.executor import Executor, Result
+from pipeline.hosts.hostkeys import UnknownHostKey, changed_key_message
+from pipeline.hosts.ssh_config import Route, make_route
+from pipeline.spec.models import HostSpec
 
 __all__ = ["SSHExecutor"]
 

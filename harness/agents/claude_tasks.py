@@ -1,5 +1,5 @@
 """Claude Code's task ids and our todos: the map that makes one list of what Claude Code's
-hooks report (:mod:`harness.claude_hooks`) and what its task directories hold
+hooks report (:mod:`harness.agents.claude`) and what its task directories hold
 (:mod:`harness.importers.claude_tasks`).
 
 The map is an agent view of its own (key ``agent:claude-code/tasks``): a list of

@@ -20,13 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.errors import ExecutorError
-from pipeline.executor import Executor
+from pipeline.hosts.executor import Executor
 
 __all__ = ["CODE_DIR", "code_dir", "code_env", "ensure_shipped", "package_files",
            "package_hash"]
 
 CODE_DIR = ".harness/code"
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # pipeline/
 
 
 def package_files(root: Path = _PACKAGE) -> Iterator[tuple[str, Path]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.agent import prompt_line
+from harness.agents.todolist import prompt_line
 from state.fold import TodoState, board_key
 
 # The list's share of the budget, in characters (English text and ids run ~3.5 per token).

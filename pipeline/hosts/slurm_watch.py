@@ -14,7 +14,7 @@ interval, not N per poll. Where the answer comes from, in order:
 3. nothing knows the id: the caller decides (the run directory may still hold the
    wrapper's exit code).
 
-Commands run through any :class:`pipeline.executor.Executor` (the login node's transport).
+Commands run through any :class:`pipeline.hosts.executor.Executor` (the login node's transport).
 Standard library only.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pipeline.errors import ExecutorError
-from pipeline.executor import Executor
+from pipeline.hosts.executor import Executor
 
 __all__ = ["FINAL_STATES", "SlurmJob", "SlurmQueryError", "SlurmWatcher", "parse_jobcomp",
            "parse_sacct", "parse_squeue"]

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from pipeline.errors import SpecError
-from pipeline.spec_models import Defaults, HostSpec, Pipeline, Stage
+from pipeline.spec.models import Defaults, HostSpec, Pipeline, Stage
 
 __all__ = ["from_validation", "suggest"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from harness import formats
 from harness import todos as uc
-from harness.agent import prompt_block, todo_json, todowrite
+from harness.agents.todolist import prompt_block, todo_json, todowrite
 from harness.context import Harness
 from harness.errors import InputError, NoSession, PayloadTooLarge, UsageError
 from harness.merge import view_of
@@ -216,7 +216,7 @@ def _todo_update(env: ToolEnv, args: dict[str, Any]) -> Answer:
 
 
 def _claim_next(env: ToolEnv, args: dict[str, Any]) -> Answer:
-    from harness.claims import next_ready, render_next
+    from harness.agents.claims import next_ready, render_next
 
     sess = env.session(args.get("session"))
     found = next_ready(env.harness.store, sess.id, claim=True, actor=env.actor)

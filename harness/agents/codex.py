@@ -14,12 +14,12 @@ to put it back:
   call from both changes the list once).
 * A person's (or the runner's) change since Codex last saw the list rides on the next
   answer Codex reads: ``PostToolUse`` and ``UserPromptSubmit`` answer with it as
-  ``hookSpecificOutput.additionalContext`` (:mod:`harness.agent_notice`), so it is in the
+  ``hookSpecificOutput.additionalContext`` (:mod:`harness.agents.notice`), so it is in the
   next request to the model without waiting for a compaction. ``SessionStart`` shows the
   whole list, which counts as seen.
 
 The harness session: ``--session``, else ``HARNESS_SESSION``, else the project directory
-(the payload's ``cwd``), as for Claude Code (:func:`harness.claude_hooks.session_for`).
+(the payload's ``cwd``), as for Claude Code (:func:`harness.agents.claude.session_for`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from harness.agent_context import CONTEXT_EVENTS, context_event
-from harness.claude_hooks import session_for as _claude_session_for
+from harness.agents.claude import session_for as _claude_session_for
+from harness.agents.context_cuts import CONTEXT_EVENTS, context_event
 from harness.context import Harness
 from harness.errors import InputError
 
@@ -56,7 +56,7 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         return _notice(harness, actor, event)
     if event == "PostToolUse" and payload.get("tool_name") == "update_plan":
         from harness import formats
-        from harness.agent import todowrite
+        from harness.agents.todolist import todowrite
 
         args = payload.get("tool_input")
         if isinstance(args, str):
@@ -74,7 +74,7 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
 def _notice(harness: Harness, actor: str, event: str) -> str | None:
     """What others changed since Codex last saw the list, in the shape Codex adds to the
     model's context (None: nothing new, and nothing is printed)."""
-    from harness.agent_notice import take
+    from harness.agents.notice import take
 
     notice = take(harness.store, harness.session(create=True).id, actor)
     if notice is None:
@@ -85,6 +85,6 @@ def _notice(harness: Harness, actor: str, event: str) -> str | None:
 
 
 def _seen(harness: Harness, actor: str) -> None:
-    from harness.agent_notice import seen_now
+    from harness.agents.notice import seen_now
 
     seen_now(harness.store, harness.session(create=True).id, actor)

@@ -1,8 +1,8 @@
 """One executor interface for running commands and detached jobs on a host.
 
-The same methods work on this machine (:class:`pipeline.local.LocalExecutor`, through
-invoke), over SSH (:class:`pipeline.ssh.SSHExecutor`, through fabric) and on a Slurm
-cluster (:class:`pipeline.slurm.SlurmExecutor`, jobs submitted with ``sbatch`` through
+The same methods work on this machine (:class:`pipeline.hosts.local.LocalExecutor`, through
+invoke), over SSH (:class:`pipeline.hosts.ssh.SSHExecutor`, through fabric) and on a Slurm
+cluster (:class:`pipeline.hosts.slurm.SlurmExecutor`, jobs submitted with ``sbatch`` through
 either of the other two), in the way invoke's ``Context`` and fabric's ``Connection`` share
 ``.run()``::
 
@@ -13,7 +13,7 @@ either of the other two), in the way invoke's ``Context`` and fabric's ``Connect
 
 Transports provide only :meth:`Executor._shell`, :meth:`Executor._shell_input`,
 :meth:`Executor._read`, ``put``, ``get``, ``close`` and ``home``; everything about detached jobs lives here and in
-:mod:`pipeline.jobscripts`, so both hosts behave the same. A scheduler's executor keeps the
+:mod:`pipeline.hosts.jobscripts`, so both hosts behave the same. A scheduler's executor keeps the
 transport of its login node and replaces the job methods (``start_detached``, ``attach``,
 ``poll``, ``cancel``). Which class runs a host is named in :mod:`pipeline.registry`.
 Importing this module does not import fabric.
@@ -30,10 +30,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar
 
-from pipeline import jobscripts, registry
+from pipeline import registry
 from pipeline.errors import CommandFailed, CommandTimeout, ExecutorError, JobError
+from pipeline.hosts import jobscripts
 from pipeline.redact import describe, redact_text, secret_values
-from pipeline.spec_models import HostSpec
+from pipeline.spec.models import HostSpec
 
 __all__ = ["RUNS_DIR", "Executor", "JobHandle", "JobState", "JobStatus", "Result",
            "executor_for"]

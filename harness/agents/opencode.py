@@ -10,7 +10,7 @@
   whole list, so it counts as seen.
 * ``tool.after`` (``{sessionID, tool}``), sent by the plugin from opencode's
   ``tool.execute.after`` hook once a tool has run: what others (a person, the runner)
-  changed since opencode last saw the list (:mod:`harness.agent_notice`) is printed, and
+  changed since opencode last saw the list (:mod:`harness.agents.notice`) is printed, and
   the plugin appends it to the tool's output, so the next request to the model carries
   it without waiting for a compaction. Nothing new: nothing is printed.
 """
@@ -37,11 +37,11 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     if kind == "session.compacting":
         return compacting(harness, props, actor=actor)
     if kind == "tool.after":
-        from harness.agent_notice import take
+        from harness.agents.notice import take
 
         notice = take(harness.store, harness.session(create=True).id, actor)
         return notice.text() if notice is not None else None
-    from harness.agent import todowrite
+    from harness.agents.todolist import todowrite
 
     write = formats.parse(props, "opencode", "opencode todo.updated")
     todowrite(harness.store, harness.session(create=True).id, write, actor=actor,
@@ -50,10 +50,10 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
 
 
 def compacting(harness: Harness, props: dict[str, Any], *, actor: str = ACTOR) -> str | None:
-    from harness.agent_context import record_cut, restore_block
+    from harness.agents.context_cuts import record_cut, restore_block
 
     sid = props.get("sessionID")
-    from harness.agent_notice import seen_now
+    from harness.agents.notice import seen_now
 
     record_cut(harness, {"session_id": sid if isinstance(sid, str) else ""}, "compact",
                actor=actor)

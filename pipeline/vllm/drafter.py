@@ -4,12 +4,12 @@
 with a drafter; :func:`build_drafter` instantiates the drafter class vLLM's registry names
 for it, with the one part that needs vLLM's CUDA kernels (its paged ``Attention``) swapped
 for plain causal attention; :func:`aux_ids` reads the aux layer ids vLLM took from the
-drafter's config. :mod:`pipeline.vllm_probe`'s ``weights`` question feeds the model built
+drafter's config. :mod:`pipeline.vllm.probe`'s ``weights`` question feeds the model built
 on the meta device the checkpoint's tensor names; ``tests/verify/vllm_side.py`` loads an
 export into the CPU model and runs its forward.
 
 Like the probe, this file runs in vLLM's interpreter, loaded by path
-(:func:`pipeline.vllm_probe.vllm_drafter`): the standard library at module level, vLLM and
+(:func:`pipeline.vllm.probe.vllm_drafter`): the standard library at module level, vLLM and
 torch inside the functions. They raise what vLLM raises.
 """
 

@@ -98,7 +98,7 @@ def exec_with_input(transport: paramiko.Transport, command: str, data: bytes,
     :class:`ExecTimeout` (the channel closed) after ``timeout`` seconds.
 
     This is how a shell gets values that must not be in its command line (the job's
-    environment, :class:`pipeline.jobscripts.StdinEnv`): the command is visible in the
+    environment, :class:`pipeline.hosts.jobscripts.StdinEnv`): the command is visible in the
     host's process list, the channel's data is not.
     """
     deadline = None if timeout is None else time.monotonic() + timeout

@@ -6,7 +6,7 @@ it to a ``command`` hook (every payload has ``session_id``, ``transcript_path``,
 and ``hook_event_name``):
 
 * ``PostToolUse`` of ``TodoWrite``: ``tool_input`` is the whole list; it is merged like
-  any agent write (:func:`harness.agent.todowrite`) with ``sees_response=False``,
+  any agent write (:func:`harness.agents.todolist.todowrite`) with ``sees_response=False``,
   because Claude never reads the list back from a hook's answer.
 * ``PostToolUse`` of ``TaskCreate`` / ``TaskUpdate`` (Claude Code's per-task tools), and
   the ``TaskCreated`` / ``TaskCompleted`` events (``task_id``, ``task_subject``,
@@ -19,11 +19,11 @@ and ``hook_event_name``):
   ``PostToolUse`` for one task) does nothing the second time.
 * ``PreToolUse`` of ``TaskList`` / ``TaskGet``, and
   ``UserPromptSubmit``: what a person (or the runner) changed in the list's todos is
-  written into Claude's task files first (:mod:`harness.claude_task_files`), since
+  written into Claude's task files first (:mod:`harness.agents.claude_task_files`), since
   Claude reads them afresh for those tools.
 * Every ``PostToolUse`` we get (the todo tools, ``TaskList``, ``TaskGet``) and
   ``UserPromptSubmit`` answer with a short notice of what others changed since the agent
-  last saw the list (:mod:`harness.agent_notice`) as ``additionalContext``; Claude Code
+  last saw the list (:mod:`harness.agents.notice`) as ``additionalContext``; Claude Code
   puts it before the model's next turn. A ``SessionStart`` answer is the whole list, so
   it counts as seen.
 * ``PreCompact``, ``PostCompact`` and ``SessionStart`` (``source`` ``startup``,
@@ -51,10 +51,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.agent_context import CONTEXT_EVENTS, context_event
-from harness.agent_notice import Notice, seen_now, take
-from harness.claude_task_files import task_dir, write_back
-from harness.claude_task_map import TASK_STATUSES, create_task, load_map, save_map, status_change
+from harness.agents.claude_task_files import task_dir, write_back
+from harness.agents.claude_tasks import (
+    TASK_STATUSES,
+    create_task,
+    load_map,
+    save_map,
+    status_change,
+)
+from harness.agents.context_cuts import CONTEXT_EVENTS, context_event
+from harness.agents.notice import Notice, seen_now, take
 from harness.context import Harness
 from harness.errors import InputError
 from harness.formats import ViewItem
@@ -156,7 +162,7 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     sid = harness.session(create=True).id
     if tool == "TodoWrite":
         from harness import formats
-        from harness.agent import todowrite
+        from harness.agents.todolist import todowrite
 
         write = formats.parse(dict(tool_input), "claude", where="TodoWrite tool_input")
         todowrite(harness.store, sid, write, actor=actor, sees_response=False, ref=ref)
@@ -168,7 +174,7 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     return notice_answer(event, take(harness.store, sid, actor))
 
 
-# -- people's changes, told (harness.agent_notice) -----------------------------------------
+# -- people's changes, told (harness.agents.notice) -----------------------------------------
 
 def notice_answer(event: str, notice: Notice | None) -> str | None:
     """A hook's answer carrying the notice as ``additionalContext``, which Claude Code
@@ -192,7 +198,7 @@ def seen_whole_list(harness: Harness, actor: str) -> None:
     seen_now(harness.store, harness.session(create=True).id, actor)
 
 
-# -- the list back after a cut (harness.agent_context) --------------------------------------
+# -- the list back after a cut (harness.agents.context_cuts) --------------------------------------
 
 RESTORE_TAIL = ("Kept by todo-harness across compactions, clears and restarts; your "
                 "TodoWrite and Task calls update it. Carry on from here.")

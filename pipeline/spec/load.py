@@ -7,9 +7,9 @@ the field, e.g. ``eagle3.yaml: stages[3] (train).timeout``. ``docs/pipelines.md`
 reference for the format.
 
 This module is the entry: loading, and the checks across fields (names, references,
-gates, gateways, cycles). The types it returns are defined in :mod:`pipeline.spec_models`
+gates, gateways, cycles). The types it returns are defined in :mod:`pipeline.spec.models`
 and importable from here; the ``needs`` graph is :mod:`pipeline.stage_graph`, and the
-wording of pydantic's errors :mod:`pipeline.spec_errors`.
+wording of pydantic's errors :mod:`pipeline.spec.messages`.
 
 This module uses pydantic, so it runs on the harness side only; stage code on a GPU host
 never imports it.
@@ -27,7 +27,6 @@ from pydantic import ValidationError
 
 from pipeline.actions import BUILTIN_ACTIONS, gate_problem
 from pipeline.errors import SpecError
-from pipeline.host_checks import check_host
 from pipeline.served_gates import (
     SERVED_KEYS,
     SERVED_SPEEDUP,
@@ -38,8 +37,9 @@ from pipeline.served_gates import (
     tau_gap_form,
     unmeasured_level,
 )
-from pipeline.spec_errors import from_validation, suggest
-from pipeline.spec_models import (
+from pipeline.spec.host_checks import check_host
+from pipeline.spec.messages import from_validation, suggest
+from pipeline.spec.models import (
     LOCAL,
     MAX_TIMEOUT_SCALE,
     PRIORITY_RANK,
@@ -49,8 +49,8 @@ from pipeline.spec_models import (
     Stage,
     parse_scale,
 )
+from pipeline.spec.yamlfile import read_yaml
 from pipeline.stage_graph import find_cycle
-from pipeline.yamlfile import read_yaml
 
 __all__ = [
     "LOCAL",

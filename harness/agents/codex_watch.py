@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import formats
-from harness.agent import todowrite
+from harness.agents.logfile import log
+from harness.agents.todolist import todowrite
 from harness.context import Harness
 from harness.errors import KNOWN_ERRORS, InputError
-from harness.logfile import log
 from harness.paths import data_dir
 from state.store import normalize_ts
 

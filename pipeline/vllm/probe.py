@@ -3,11 +3,11 @@
 The serving vLLM usually lives in another environment than this project (its own venv,
 its own torch), which cannot import ``pipeline``. So this file is self-contained: the
 standard library at module level, vLLM and torch only inside the functions that need
-them. :func:`pipeline.vllm_compat.ask` runs it by path, from a scratch working
+them. :func:`pipeline.vllm.compat.ask` runs it by path, from a scratch working
 directory (nothing there can shadow vLLM's imports)::
 
     PY -c "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], \
-           run_name='__main__')" .../pipeline/vllm_probe.py --input IN.json --out OUT.json
+           run_name='__main__')" .../pipeline/vllm/probe.py --input IN.json --out OUT.json
 
 ``IN.json`` is ``{"target": config, "draft": config, "ask": [...], "verifier_dir": ...,
 "drafter_dir": ...}``; ``OUT.json`` gets one answer per question:
@@ -19,7 +19,7 @@ directory (nothing there can shadow vLLM's imports)::
   ``norm_before_residual``;
 - ``weights`` (:func:`weight_sources`): vLLM's own EAGLE-3 drafter class, built on the meta
   device from the verifier's and drafter's configs through vLLM's config classes
-  (:mod:`pipeline.vllm_drafter`, loaded by path beside this file), fed the checkpoint's
+  (:mod:`pipeline.vllm.drafter`, loaded by path beside this file), fed the checkpoint's
   tensor names and shapes through its own ``load_weights``: which of its parameters the
   checkpoint fills (from which tensors), which it takes from the target, which stay at
   their initial values, which tensors it ignores or refuses. No weight data is read and
@@ -301,11 +301,11 @@ _DRAFTER: dict[str, Any] = {}
 
 
 def vllm_drafter() -> dict[str, Any]:
-    """The namespace of ``vllm_drafter.py`` beside this file, run by path once: this file
+    """The namespace of ``drafter.py`` beside this file, run by path once: this file
     itself runs outside the package, where ``pipeline`` cannot be imported."""
     if not _DRAFTER:
         here = os.path.dirname(os.path.abspath(__file__))
-        _DRAFTER.update(runpy.run_path(os.path.join(here, "vllm_drafter.py")))
+        _DRAFTER.update(runpy.run_path(os.path.join(here, "drafter.py")))
     return _DRAFTER
 
 

@@ -203,8 +203,8 @@ def codex_config(hooks: InstallPlan, *, scope: str, cwd: Path,
                  codex: str | None = None) -> InstallPlan:
     """What Codex's ``config.toml`` needs for the hooks in ``hooks.after`` to run: the
     ``update_plan`` tool enabled, and our hooks trusted (their hash asked of Codex; see
-    :mod:`harness.codex_config`). What install cannot do is in the notes."""
-    from harness import codex_config as cc
+    :mod:`harness.agents.codex_config`). What install cannot do is in the notes."""
+    from harness.agents import codex_config as cc
 
     path = cc.config_path()
     where = str(path)

@@ -1,10 +1,10 @@
 """``harness mcp``: the harness as an MCP server over stdio (the official ``mcp`` SDK).
 
 Built on the SDK's low-level :class:`mcp.server.Server`, so the tool schemas are the
-hand-written ones in :mod:`harness.agent_tools` (with descriptions written for a model)
+hand-written ones in :mod:`harness.agents.tools` (with descriptions written for a model)
 and argument checking gives our own one-line messages.
 
-* Tools: :data:`harness.agent_tools.TOOLS`. Every failure comes back as a tool error
+* Tools: :data:`harness.agents.tools.TOOLS`. Every failure comes back as a tool error
   (``isError``) with one line naming the problem; an unexpected exception is logged to
   ``<data dir>/logs/mcp.log`` and answered the same way. The server never exits on a bad
   call. An unknown tool name is a protocol error (-32602), as the MCP spec says.
@@ -12,7 +12,7 @@ and argument checking gives our own one-line messages.
   block) for the server's session, and ``harness://sessions/{name}/todos`` for any other.
 * Every other tool's answer starts with a short notice of what others (people, the
   runner, other agents) changed in the server's session since this agent last saw it,
-  told once (:mod:`harness.agent_notice`); ``todowrite`` and ``todoread`` show it in
+  told once (:mod:`harness.agents.notice`); ``todowrite`` and ``todoread`` show it in
   their own answer.
 * Every write is an event by ``agent:<client name>``, the ``clientInfo.name`` the client
   sent in its initialize handshake (``--actor`` overrides it).
@@ -35,12 +35,12 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from harness import __version__
-from harness.agent import prompt_block, todo_json
-from harness.agent_notice import seen_now, take
-from harness.agent_tools import TOOLS, Answer, ToolEnv, ToolSpec
+from harness.agents.logfile import log
+from harness.agents.notice import seen_now, take
+from harness.agents.todolist import prompt_block, todo_json
+from harness.agents.tools import TOOLS, Answer, ToolEnv, ToolSpec
 from harness.context import Harness
 from harness.errors import KNOWN_ERRORS, InputError, render
-from harness.logfile import log
 
 SERVER_NAME = "todo-harness"
 DEFAULT_AGENT = "mcp"
@@ -135,7 +135,7 @@ class HarnessMCP:
 
     def _answer(self, spec: ToolSpec, env: ToolEnv, args: dict[str, Any] | None) -> Answer:
         """The tool's answer, led by a notice of what others changed in the server's
-        session since this agent last saw it (:mod:`harness.agent_notice`)."""
+        session since this agent last saw it (:mod:`harness.agents.notice`)."""
         answer = spec.call(env, args)
         asked = (args or {}).get("session")
         try:

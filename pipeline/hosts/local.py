@@ -12,8 +12,8 @@ from invoke import Config, Context, Local
 from invoke.exceptions import CommandTimedOut
 
 from pipeline.errors import CommandTimeout, ExecutorError
-from pipeline.executor import Executor, Result
-from pipeline.spec_models import HostSpec
+from pipeline.hosts.executor import Executor, Result
+from pipeline.spec.models import HostSpec
 
 __all__ = ["LocalExecutor"]
 

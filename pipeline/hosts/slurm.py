@@ -3,7 +3,7 @@
 A host entry with ``scheduler: slurm`` is reached like any other (this machine, or SSH to a
 login node through ``host:``, ssh_config and all): that transport runs the Slurm commands
 and reads the files. The run directory, on a filesystem the login and compute nodes share,
-is the one detached jobs use (:mod:`pipeline.jobscripts`)::
+is the one detached jobs use (:mod:`pipeline.hosts.jobscripts`)::
 
     <workdir>/.harness/runs/<run_id>/
         started       created exclusively by the one submission that wins
@@ -21,7 +21,7 @@ The job id is on the host before the submitting shell prints anything, and on th
 the store before the runner does anything else with the job; the job is also named after
 the run (``--job-name``), so even a submission cut short between ``sbatch`` and
 ``job_id`` is found again by name. A restarted runner re-attaches by id and never submits
-twice. States come from one :class:`pipeline.slurm_watch.SlurmWatcher` per host entry;
+twice. States come from one :class:`pipeline.hosts.slurm_watch.SlurmWatcher` per host entry;
 ``cancel`` is ``scancel``. A job Slurm killed or lost ends with Slurm's reason: a time
 limit or out of memory is ``failed`` (the todo blocks), a failed node or preemption is
 ``lost``.
@@ -39,11 +39,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pipeline import jobscripts
 from pipeline.errors import JobError
-from pipeline.executor import Executor, JobHandle, JobState, JobStatus, executor_for
-from pipeline.slurm_watch import SlurmJob, SlurmWatcher
-from pipeline.spec_models import HostSpec
+from pipeline.hosts import jobscripts
+from pipeline.hosts.executor import Executor, JobHandle, JobState, JobStatus, executor_for
+from pipeline.hosts.slurm_watch import SlurmJob, SlurmWatcher
+from pipeline.spec.models import HostSpec
 
 __all__ = ["SlurmExecutor", "job_status", "sbatch_flags"]
 
@@ -55,7 +55,7 @@ _KILLED = {"TIMEOUT": "at its time limit", "OUT_OF_MEMORY": "out of memory",
            "DEADLINE": "at its deadline"}
 
 _BATCH = """#!/bin/sh
-# Slurm batch script written by the harness (pipeline/slurm.py). It runs the detached-job
+# Slurm batch script written by the harness (pipeline/hosts/slurm.py). It runs the detached-job
 # wrapper and exits with the command's exit code, so Slurm records it. Signals (scancel,
 # the time limit) reach the command; this shell waits for the wrapper to record the end.
 trap : TERM INT HUP
