@@ -44,7 +44,6 @@ every error, logs it to ``<data dir>/logs/hooks.log`` and exits 0.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -59,8 +58,7 @@ from harness.agents.claude_tasks import (
     save_map,
     status_change,
 )
-from harness.agents.context_cuts import CONTEXT_EVENTS, context_event
-from harness.agents.notice import Notice, seen_now, take
+from harness.agents.context_cuts import CONTEXT_EVENTS, context_event, notice_answer
 from harness.context import Harness
 from harness.errors import InputError
 from harness.formats import ViewItem
@@ -128,10 +126,7 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         raise InputError(f"hook payload must be a JSON object, not {type(payload).__name__}")
     event = payload.get("hook_event_name")
     if event in CONTEXT_EVENTS:
-        answer = context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
-        if event == "SessionStart":
-            seen_whole_list(harness, actor)  # the answer is the whole list
-        return answer
+        return context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
     if event == "TaskCreated":
         task_created(harness, payload, actor=actor)
         return None
@@ -145,14 +140,12 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         return None
     if event == "UserPromptSubmit":
         files_from_store(harness, payload, actor)
-        return notice_answer(event, take(harness.store, harness.session(create=True).id,
-                                         actor))
+        return notice_answer(harness, event, actor)
     if event != "PostToolUse":
         return None
     tool = payload.get("tool_name")
     if tool in LIST_TOOLS:
-        return notice_answer(event, take(harness.store, harness.session(create=True).id,
-                                         actor))
+        return notice_answer(harness, event, actor)
     if tool not in TODO_TOOLS:
         return None
     tool_input = payload.get("tool_input")
@@ -171,20 +164,10 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
                     payload.get("tool_response"), actor=actor, ref=ref)
     else:
         task_update(harness, sid, task_list(payload), tool_input, actor=actor, ref=ref)
-    return notice_answer(event, take(harness.store, sid, actor))
+    return notice_answer(harness, event, actor)
 
 
 # -- people's changes, told (harness.agents.notice) -----------------------------------------
-
-def notice_answer(event: str, notice: Notice | None) -> str | None:
-    """A hook's answer carrying the notice as ``additionalContext``, which Claude Code
-    puts before the model's next turn (a system reminder after the tool's result)."""
-    if notice is None:
-        return None
-    return json.dumps({"hookSpecificOutput": {"hookEventName": event,
-                                              "additionalContext": notice.text()}},
-                      ensure_ascii=False)
-
 
 def files_from_store(harness: Harness, payload: Mapping[str, Any], actor: str) -> None:
     """People's changes into the task files of this payload's list (when it has any)."""
@@ -192,10 +175,6 @@ def files_from_store(harness: Harness, payload: Mapping[str, Any], actor: str) -
     if list_id and task_dir(list_id).is_dir():
         with harness.store.write(harness.session(create=True).id, actor) as tx:
             write_back(tx, list_id)
-
-
-def seen_whole_list(harness: Harness, actor: str) -> None:
-    seen_now(harness.store, harness.session(create=True).id, actor)
 
 
 # -- the list back after a cut (harness.agents.context_cuts) --------------------------------------

@@ -24,12 +24,11 @@ The harness session: ``--session``, else ``HARNESS_SESSION``, else the project d
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from harness.agents.claude import session_for as _claude_session_for
-from harness.agents.context_cuts import CONTEXT_EVENTS, context_event
+from harness.agents.context_cuts import CONTEXT_EVENTS, context_event, notice_answer
 from harness.context import Harness
 from harness.errors import InputError
 
@@ -48,12 +47,9 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         raise InputError(f"hook payload must be a JSON object, not {type(payload).__name__}")
     event = payload.get("hook_event_name")
     if event in CONTEXT_EVENTS:
-        answer = context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
-        if answer is not None:
-            _seen(harness, actor)
-        return answer
+        return context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
     if event == "UserPromptSubmit":
-        return _notice(harness, actor, event)
+        return notice_answer(harness, event, actor)
     if event == "PostToolUse" and payload.get("tool_name") == "update_plan":
         from harness import formats
         from harness.agents.todolist import todowrite
@@ -67,24 +63,5 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         todowrite(harness.store, harness.session(create=True).id, write, actor=actor,
                   sees_response=False, ref=ref)
     if event == "PostToolUse":
-        return _notice(harness, actor, event)
+        return notice_answer(harness, event, actor)
     return None
-
-
-def _notice(harness: Harness, actor: str, event: str) -> str | None:
-    """What others changed since Codex last saw the list, in the shape Codex adds to the
-    model's context (None: nothing new, and nothing is printed)."""
-    from harness.agents.notice import take
-
-    notice = take(harness.store, harness.session(create=True).id, actor)
-    if notice is None:
-        return None
-    return json.dumps({"hookSpecificOutput": {"hookEventName": event,
-                                              "additionalContext": notice.text()}},
-                      ensure_ascii=False)
-
-
-def _seen(harness: Harness, actor: str) -> None:
-    from harness.agents.notice import seen_now
-
-    seen_now(harness.store, harness.session(create=True).id, actor)

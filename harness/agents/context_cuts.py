@@ -18,6 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from harness.agents.notice import seen_now, take
 from harness.context import Harness
 from state.store import Tx
 
@@ -37,13 +38,26 @@ def context_event(harness: Harness, payload: Mapping[str, Any], *, actor: str,
         if source in SESSION_SOURCES:
             record_cut(harness, payload, str(source), actor=actor)
         block = restore_block(harness, tail)
+        # The answer is the whole list: what others changed before it is not news.
+        seen_now(harness.store, harness.session(create=True).id, actor)
         if block is None:
             return None  # nothing to restore; say nothing rather than add noise
-        return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
-                                                  "additionalContext": block}},
-                          ensure_ascii=False)
+        return additional_context("SessionStart", block)
     record_cut(harness, payload, "compact", actor=actor, phase=str(event))
     return None
+
+
+def additional_context(event: str, text: str) -> str:
+    """A hook answer that Claude Code and Codex add to the model's context."""
+    return json.dumps({"hookSpecificOutput": {"hookEventName": event,
+                                              "additionalContext": text}}, ensure_ascii=False)
+
+
+def notice_answer(harness: Harness, event: str, actor: str) -> str | None:
+    """What others changed since the agent last saw the list, as the answer to ``event``
+    (None: nothing new, and nothing is printed)."""
+    notice = take(harness.store, harness.session(create=True).id, actor)
+    return None if notice is None else additional_context(event, notice.text())
 
 
 def restore_block(harness: Harness, tail: str) -> str | None:
