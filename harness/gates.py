@@ -18,12 +18,18 @@ which the runner adds from the verify stage upstream), and its line names both.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from pipeline.actions import gate_metric
-from pipeline.served_gates import SERVED_SPEEDUP, TAU_GAP, served_levels, tau_gap_form
+from pipeline.served_gates import (
+    SERVED_SPEEDUP,
+    TAU_GAP,
+    measured_levels,
+    served_levels,
+    tau_gap,
+    tau_gap_form,
+)
 
 __all__ = ["GateItem", "gate_items"]
 
@@ -133,11 +139,6 @@ def gate_items(gate: dict[str, Any], metrics: dict[str, Any]) -> list[GateItem]:
 
 
 
-def _levels_measured(metrics: dict[str, Any]) -> list[int]:
-    return sorted(int(m.group(1)) for k in metrics
-                  if (m := re.fullmatch(r"speedup_c(\d+)", k)) and _is_number(metrics[k]))
-
-
 def served_speedup_items(threshold: Any, metrics: dict[str, Any]) -> list[GateItem]:
     """``{at: 1, min: 1.3}`` (or a list): one item per level, holding ``speedup_c<at>``."""
     try:
@@ -145,7 +146,7 @@ def served_speedup_items(threshold: Any, metrics: dict[str, Any]) -> list[GateIt
     except ValueError as exc:  # a stored row from a hand-made gate: say so, never raise
         return [GateItem(SERVED_SPEEDUP, "served_speedup", ">=", 0.0, None, False,
                          missing=f"the gate's form is wrong ({exc})")]
-    measured = _levels_measured(metrics)
+    measured = measured_levels(metrics)
     out = []
     for at, least in levels:
         value = metrics.get(f"speedup_c{at}")
@@ -182,7 +183,7 @@ def tau_gap_item(threshold: Any, metrics: dict[str, Any]) -> GateItem:
         item.says = (f"served τ missing vs offline τ {offline:.2f}: {item.missing} "
                      f"(tolerance {_pct(tolerance)})")
         return item
-    gap = abs(served - offline) / offline
+    gap = tau_gap(served, offline)
     item.value, item.passed = round(gap, 4), gap <= tolerance
     source = metrics.get("offline_source")
     of = f" of {source}" if isinstance(source, str) and source else ""

@@ -11,11 +11,11 @@ how the two are paired; a benchmark row alone still shows its ``offline_*`` copi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.served_gates import measured_levels, tau_gap
 from state.fold import VerificationState
 
 __all__ = ["Comparison", "comparisons", "served_rows_for", "speed_figures"]
@@ -28,11 +28,6 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def _levels(m: Mapping[str, Any]) -> list[int]:
-    return sorted(int(g.group(1)) for k in m
-                  if (g := re.fullmatch(r"speedup_c(\d+)", k)) and _num(m[k]) is not None)
-
-
 def reference_bound(m: Mapping[str, Any]) -> float | None:
     """The reference loop's speedup (named ``measured_speedup`` in stores before it was
     renamed)."""
@@ -42,7 +37,7 @@ def reference_bound(m: Mapping[str, Any]) -> float | None:
 def speed_figures(m: Mapping[str, Any]) -> list[str]:
     """The speed of a row in words that cannot be mistaken: ``1.42x served c=1`` for a
     benchmark, ``≤2.17x ref`` (the reference loop's bound) or ``2.34x proj`` for verify."""
-    levels = _levels(m)
+    levels = measured_levels(m)
     if levels:
         return [f"{m[f'speedup_c{levels[0]}']:.2f}x served c={levels[0]}"]
     bound = reference_bound(m)
@@ -81,7 +76,7 @@ class Comparison:
         stau = _num(s.get("acceptance_length"))
         gap = ""
         if otau and stau is not None:
-            gap = f" ({abs(stau - otau) / otau:.1%} apart)"
+            gap = f" ({tau_gap(stau, otau):.1%} apart)"
         out = [("τ", "-" if otau is None else f"{otau:.3f}",
                 ("-" if stau is None else f"{stau:.3f}") + gap),
                ("per position", _pos(o.get("acceptance_per_position")),
@@ -90,7 +85,7 @@ class Comparison:
         offline_speed = ", ".join(x for x in (
             f"≤{bound:.2f}x bound" if bound is not None else "",
             f"{proj:.2f}x projected" if proj is not None else "") if x) or "-"
-        levels = _levels(s)
+        levels = measured_levels(s)
         if not levels:
             out.append(("speedup", offline_speed, "not measured"))
         for i, c in enumerate(levels):

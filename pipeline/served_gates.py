@@ -23,15 +23,16 @@ Standard library only, like :mod:`pipeline.actions`; the harness side parses spe
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipeline.stage_graph import upstream
 
 __all__ = ["DEFAULT_TAU_GAP", "NOT_A_GATE", "SERVED_KEYS", "GateFormError", "OfflinePair",
-           "not_a_gate",
-           "offline_pair", "served_levels", "tau_gap_form"]
+           "measured_levels", "not_a_gate", "offline_pair", "served_levels", "tau_gap",
+           "tau_gap_form"]
 
 
 
@@ -82,6 +83,17 @@ class GateFormError(ValueError):
 
 def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def tau_gap(served: float, offline: float) -> float:
+    """How far the served τ is from the offline one, as a share of the offline τ."""
+    return abs(served - offline) / offline
+
+
+def measured_levels(metrics: Mapping[str, Any]) -> list[int]:
+    """The concurrencies a benchmark measured a speedup at (its ``speedup_c<N>`` numbers)."""
+    return sorted(int(m.group(1)) for k in metrics
+                  if (m := re.fullmatch(r"speedup_c(\d+)", k)) and _number(metrics[k]))
 
 
 def served_levels(value: Any) -> list[tuple[int, float]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.served_gates import TAU_GAP, offline_pair
+from pipeline.served_gates import TAU_GAP, offline_pair, tau_gap
 from pipeline.spec.models import Pipeline, Stage
 from state.fold import VerificationState
 from state.store import Store
@@ -66,8 +66,7 @@ def offline_context(store: Store, sid: int, spec: Pipeline, stage: Stage
         return gate, {"offline_problem": why}
     if pair.implied:
         gate[TAU_GAP] = pair.tolerance
-    figures["offline_stage"] = pair.verify.name
-    figures["offline_source"] = f"{pair.verify.name} v{row.id}" if row is not None else ""
+    figures["offline_source"] = f"{pair.verify.name} v{row.id}"
     return gate, figures
 
 
@@ -75,5 +74,5 @@ def with_gap(metrics: dict[str, Any]) -> dict[str, Any]:
     """``served_tau_gap`` (|served - offline| / offline) when both τ are there."""
     served, offline = metrics.get("acceptance_length"), metrics.get("offline_acceptance_length")
     if isinstance(served, (int, float)) and isinstance(offline, (int, float)) and offline > 0:
-        return {**metrics, "served_tau_gap": round(abs(served - offline) / offline, 4)}
+        return {**metrics, "served_tau_gap": round(tau_gap(served, offline), 4)}
     return metrics
