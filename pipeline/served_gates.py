@@ -66,11 +66,12 @@ DEFAULT_TAU_GAP = 0.10
 NOT_A_GATE = ("reference_speedup_bound", "measured_speedup", "projected_speedup")
 
 _EXAMPLE = "{at: 1, min: 1.3}"
-# The actions' own defaults (pipeline/eagle3/verify.py --k, serve.py
-# --num-speculative-tokens): a stage that leaves them out drafts this many tokens.
+# The actions' own defaults, read by their parsers from here (verify.py --k, serve.py
+# --num-speculative-tokens, benchmark.py --concurrency), so the gate rules judge a stage
+# that leaves them out by what it will really run.
 VERIFY_K = 3
 SERVE_K = 3
-BENCH_LEVELS = [1, 4, 16]  # pipeline/eagle3/benchmark.py --concurrency
+BENCH_LEVELS = (1, 4, 16, 64)
 
 
 class GateFormError(ValueError):
@@ -129,7 +130,7 @@ def served_levels(value: Any) -> list[tuple[int, float]]:
 def unmeasured_level(stage: Stage) -> str | None:
     """Why a ``min_served_speedup`` level cannot be met: the benchmark does not measure it
     (its ``concurrency``). Caught by ``harness check``, before any GPU time is spent."""
-    levels = stage.params.get("concurrency", BENCH_LEVELS)
+    levels = stage.params.get("concurrency", list(BENCH_LEVELS))
     if not isinstance(levels, list):
         return None  # the action refuses a malformed list itself
     for at, _least in served_levels(stage.gate[SERVED_SPEEDUP]):

@@ -64,6 +64,7 @@ from pipeline.eagle3.bench_report import (
 from pipeline.eagle3.heldout import excluded, user_text
 from pipeline.eagle3.load_levels import Interrupted, Level, run_level
 from pipeline.errors import ActionError
+from pipeline.served_gates import BENCH_LEVELS
 from pipeline.vllm.metrics import SpecDelta, SpecSnapshot, spec_delta, spec_snapshot
 from pipeline.vllm.openai_client import get
 
@@ -158,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(completions endpoint with chat prompts)")
     add_bool_arg(p, "reasoning", None, "thinking on/off (enable_thinking); unset: the "
                                        "template's default")
-    p.add_argument("--concurrency", type=json.loads, default=[1, 4, 16, 64],
+    p.add_argument("--concurrency", type=json.loads, default=list(BENCH_LEVELS),
                    help="JSON list of concurrencies")
     p.add_argument("--requests", type=int, default=None,
                    help="requests per level (default: the prompt count, at least 2x "

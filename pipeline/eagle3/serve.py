@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
 from pipeline.errors import ActionError
+from pipeline.served_gates import SERVE_K
 from pipeline.vllm.openai_client import get
 from pipeline.vllm.server import (
     command_arg,
@@ -54,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", help="drafter directory (the export stage's output)")
     add_bool_arg(p, "speculative", True, "serve with the drafter; --no-speculative serves "
                                          "the target alone (the baseline)")
-    p.add_argument("--num-speculative-tokens", type=int, default=3)
+    p.add_argument("--num-speculative-tokens", type=int, default=SERVE_K)
     p.add_argument("--draft-tensor-parallel-size", type=int, default=1)
     p.add_argument("--tensor-parallel-size", type=int, default=1)
     p.add_argument("--max-model-len", type=int)

@@ -50,6 +50,7 @@ from pipeline.actions import (
 )
 from pipeline.eagle3.placement import add_placement_args
 from pipeline.errors import ActionError
+from pipeline.served_gates import VERIFY_K
 
 ACTION = "eagle3.verify"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "are skipped")
     p.add_argument("--samples", type=int, default=16, help="held-out prompts to decode")
     p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--k", type=int, default=3, help="draft tokens per verify step")
+    p.add_argument("--k", type=int, default=VERIFY_K, help="draft tokens per verify step")
     add_bool_arg(p, "functional", True, "run the functional checks (needs --data)")
     p.add_argument("--previous", type=Path, default=None,
                    help="an earlier checkpoint to compare against (a baseline)")

@@ -52,7 +52,7 @@ def _check(tmp_path: Path, stages: list[dict]) -> Any:
      "unknown key 'level'"),
     ({"min_served_speedup": {"at": 32, "min": 1.0}}, "gate.min_served_speedup",
      "holds the speedup at 32 concurrent requests, but the benchmark's `concurrency` is "
-     "[1, 4, 16]: add 32 to it, or hold a level it measures"),
+     "[1, 4, 16, 64]: add 32 to it, or hold a level it measures"),
     ({"max_served_tau_gap": 10}, "gate.max_served_tau_gap",
      "between 0 and 1 (0.1 is 10%), got 10"),
     ({"max_served_tau_gap": {"max": 0.1, "verify": "nope"}}, "gate.max_served_tau_gap",
@@ -63,6 +63,16 @@ def test_a_bad_served_gate_is_one_line_naming_the_place(tmp_path: Path, gate: di
     r = _check(tmp_path, _stages(gate))
     assert r.code == 1 and r.err.count("\n") == 1 and "Traceback" not in r.err, r.err
     assert f"stages[3] (benchmark).{where}: " in r.err and words in r.err, r.err
+
+
+def test_a_level_of_the_benchmarks_own_default_sweep_is_accepted(tmp_path: Path) -> None:
+    """Without `concurrency` the benchmark sweeps its parser's default, 64 included: the
+    check reads that default from the same constant, not a copy of it."""
+    from pipeline.eagle3.benchmark import build_parser
+
+    assert build_parser().get_default("concurrency") == [1, 4, 16, 64]
+    r = _check(tmp_path, _stages({"min_served_speedup": {"at": 64, "min": 1.0}}))
+    assert r.code == 0, r.err
 
 
 def test_a_served_gate_belongs_on_the_benchmark(tmp_path: Path) -> None:
