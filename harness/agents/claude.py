@@ -69,7 +69,6 @@ ACTOR = "agent:claude-code"
 TODO_TOOLS = ("TodoWrite", "TaskCreate", "TaskUpdate")
 # Tools that show Claude its task list: before them the task files get people's changes
 # (PreToolUse), after them the notice of what changed (PostToolUse).
-READ_TOOLS = ("TaskList", "TaskGet")
 LIST_TOOLS = ("TaskList", "TaskGet")
 LIST_ENV = "CLAUDE_CODE_TASK_LIST_ID"
 
@@ -134,7 +133,7 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         task_completed(harness, payload, actor=actor)
         return None
     if event == "PreToolUse":
-        if payload.get("tool_name") in READ_TOOLS:
+        if payload.get("tool_name") in LIST_TOOLS:
             # Claude reads the task files next: a person's change must be in them.
             files_from_store(harness, payload, actor)
         return None

@@ -81,13 +81,13 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
         raise
 
 
-def write_back(tx: Tx, list_id: str, directory: Path | None = None) -> list[str]:
+def write_back(tx: Tx, list_id: str) -> list[str]:
     """Write what others changed in the todos of Claude's task list ``list_id`` into its
     task files (see the module doc); the map is updated in ``tx``. Returns the task ids
     written."""
     if not list_id:
         return []
-    directory = directory or task_dir(list_id)
+    directory = task_dir(list_id)
     if not directory.is_dir():
         return []
     tasks = load_map(tx)

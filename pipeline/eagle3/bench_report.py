@@ -21,7 +21,7 @@ from typing import Any
 from pipeline.eagle3.load_levels import Level
 from pipeline.vllm.openai_client import StreamTiming
 
-__all__ = ["OutputComparison", "compare_outputs", "level_rows", "render_table"]
+__all__ = ["OutputComparison", "compare_outputs", "fmt", "level_rows", "render_table"]
 
 
 @dataclass
@@ -81,7 +81,8 @@ def compare_outputs(spec: Level, base: Level, prompt_ids: list[str]) -> OutputCo
     return out
 
 
-def _f(x: float | None, spec: str) -> str:
+def fmt(x: float | None, spec: str = ".0f") -> str:
+    """A table cell: ``-`` for a figure not measured."""
     return "-" if x is None else format(x, spec)
 
 
@@ -121,11 +122,11 @@ def render_table(rows: list[dict[str, Any]]) -> str:
         per = "/".join(f"{x:.3f}" for x in r["per_position"]) or "-"
         same = "-" if r["outputs_compared"] is None else \
             f"{r['outputs_equal']}/{r['outputs_compared']}"
-        body.append([str(r["concurrency"]), _f(r["plain_tok_s"], ".0f"),
-                     _f(r["spec_tok_s"], ".0f"),
+        body.append([str(r["concurrency"]), fmt(r["plain_tok_s"], ".0f"),
+                     fmt(r["spec_tok_s"], ".0f"),
                      "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
-                     _f(r["plain_tpot_ms"], ".2f"), _f(r["spec_tpot_ms"], ".2f"),
-                     _f(r["tau"], ".3f"), per, same])
+                     fmt(r["plain_tpot_ms"], ".2f"), fmt(r["spec_tpot_ms"], ".2f"),
+                     fmt(r["tau"], ".3f"), per, same])
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
               for i, h in enumerate(head)]
     line = lambda cells: " | ".join(  # noqa: E731

@@ -58,6 +58,7 @@ from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
 from pipeline.eagle3.bench_report import (
     OutputComparison,
     compare_outputs,
+    fmt,
     level_rows,
     render_table,
 )
@@ -87,8 +88,6 @@ def load_prompts(path: Path, *, exclude: Path | None = None,
                           where=str(path)) from None
     try:
         skip_ids, skip_texts = excluded(exclude)
-    except ActionError:
-        raise
     except OSError as exc:
         raise ActionError(f"cannot read the training samples: {exc.strerror or exc}",
                           where=str(exclude)) from None
@@ -276,19 +275,15 @@ def _chat_template(tokenizer: str | None) -> Any:
     return apply
 
 
-def _fmt(x: float | None, spec: str = ".0f") -> str:
-    return "-" if x is None else format(x, spec)
-
-
 def _report(level: Level) -> str:
     s = level.summary()
     line = (f"[c={level.concurrency}] {level.role}: {s['completed']}/{level.requests} ok"
             f"{' (interrupted)' if level.interrupted else ''}, "
-            f"{_fmt(s['output_throughput'])} tok/s, TTFT p50 {_fmt(s['ttft_ms']['p50'], '.1f')}"
-            f" ms, TPOT p50 {_fmt(s['tpot_ms']['p50'], '.2f')} ms")
+            f"{fmt(s['output_throughput'])} tok/s, TTFT p50 {fmt(s['ttft_ms']['p50'], '.1f')}"
+            f" ms, TPOT p50 {fmt(s['tpot_ms']['p50'], '.2f')} ms")
     if level.spec is not None and level.spec.present:
-        line += (f", acceptance length {_fmt(level.spec.acceptance_length, '.2f')}, rate "
-                 f"{_fmt(level.spec.acceptance_rate, '.2f')}")
+        line += (f", acceptance length {fmt(level.spec.acceptance_length, '.2f')}, rate "
+                 f"{fmt(level.spec.acceptance_rate, '.2f')}")
     if s["errors"]:
         line += f"; first error: {s['errors'][0]}"
     return line
@@ -472,7 +467,7 @@ def _results(result: StageResult, levels: list[Level], servers: list[tuple[str, 
     if total.present and total.acceptance_length is not None:
         per = "/".join(f"{x:.2f}" for x in total.acceptance_per_position)
         parts.append(f"acceptance length {total.acceptance_length:.2f}, rate "
-                     f"{_fmt(total.acceptance_rate, '.2f')}, per position {per}")
+                     f"{fmt(total.acceptance_rate, '.2f')}, per position {per}")
     result.summary = "; ".join(parts) or "no complete level"
     if interrupted is not None:
         done = sum(len(lv.records) for lv in levels)
