@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline.eagle3.quant_formats import FP8_MAX  # noqa: E402
 from pipeline.eagle3.quantize_checkpoint import quantize_dir  # noqa: E402
+from pipeline.errors import exc_line  # noqa: E402
 
 # Llama-3.1-8B's layer shape, fewer layers: big enough that the matmuls, not the launches,
 # set the time on an H200.
@@ -268,7 +269,7 @@ def run(args) -> dict:
             info["torch_fp8_rel_err"] = rel_errors(states(twin, ids), ref)
             info["torch_fp8_tokens_per_s"] = tokens_per_s(twin, ids, args.iters, device)
         except Exception as exc:  # a torch without FP8 matmuls here: say so
-            info["torch_fp8_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            info["torch_fp8_error"] = f"{type(exc).__name__}: {exc_line(exc)}"
         del twin
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -284,7 +285,7 @@ def run(args) -> dict:
             info["fp8_tokens_per_s"] = tokens_per_s(fp8, ids, args.iters, device)
         except Exception as exc:  # the FP8 path's own failure is a result to report
             info["fp8_mode"] = "failed"
-            info["fp8_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            info["fp8_error"] = f"{type(exc).__name__}: {exc_line(exc)}"
             info["fp8_traceback"] = traceback.format_exc()[-3000:]
     if "torch_fp8_rel_err" in info:
         pairs = list(zip(info["torch_fp8_rel_err"], info["sim_rel_err"], strict=True))

@@ -73,3 +73,11 @@ class CommandTimeout(ExecutorError):
 
 class JobError(PipelineError):
     pass
+
+
+def exc_line(exc: BaseException, limit: int = 300) -> str:
+    """A library's exception as one line of at most ``limit`` characters: every non-empty
+    line joined, since some (pydantic's, which vLLM raises for a bad config) put the reason
+    after a first line that only counts the errors; the class name when it says nothing."""
+    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return (text or type(exc).__name__)[:limit]

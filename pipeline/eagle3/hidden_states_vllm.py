@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from pipeline.eagle3.common import Progress, dtype_name, log
 from pipeline.eagle3.shard_writer import WritePipeline
-from pipeline.errors import ActionError
+from pipeline.errors import ActionError, exc_line
 
 __all__ = ["Engine", "FinalNorm", "VllmEngine", "engine_layer_ids", "extract_with_engine",
            "hf_states", "open_engine"]
@@ -174,8 +174,7 @@ class VllmEngine:
         try:
             self.llm = LLM(**kwargs)
         except (ValueError, RuntimeError, OSError, NotImplementedError) as exc:
-            raise ActionError(f"vLLM cannot start the verifier "
-                              f"({(str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]})",
+            raise ActionError(f"vLLM cannot start the verifier ({exc_line(exc)})",
                               where=str(verifier)) from None
         self.params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
 

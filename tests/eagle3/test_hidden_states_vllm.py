@@ -315,3 +315,14 @@ def test_engine_groups_keep_the_order_and_the_bounds():
     assert groups == [[0], [1, 2], [3, 4, 5]]
     assert all(sum(lengths[i] for i in g) <= 80 and len(g) <= 3 for g in groups)
     assert engine_groups([0, 1], {0: 100, 1: 5}, batch_tokens=80, max_prompts=8) == [[0], [1]]
+
+
+def test_an_engine_error_keeps_its_reason_on_one_line() -> None:
+    """pydantic (vLLM's config errors) puts the reason after a line that only counts."""
+    from pipeline.errors import exc_line
+
+    assert exc_line(ValueError("1 validation error for ModelConfig\n  max_model_len\n"
+                               "    exceeds max_position_embeddings")) == (
+        "1 validation error for ModelConfig; max_model_len; exceeds max_position_embeddings")
+    assert exc_line(RuntimeError("")) == "RuntimeError"
+    assert len(exc_line(OSError("x" * 1000))) == 300
