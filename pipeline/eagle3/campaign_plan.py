@@ -30,7 +30,7 @@ from pipeline.eagle3.disk_estimate import DiskEstimate, _size
 from pipeline.eagle3.disk_estimate import estimates as disk_estimates
 from pipeline.eagle3.memory_plan import Workload, activation_bytes, kv_bytes_per_token_layer
 from pipeline.eagle3.placement import _size as parse_size
-from pipeline.eagle3.quant_formats import QuantFormat, quant_format, stored_parts
+from pipeline.eagle3.quant_formats import QuantFormat, quant_format, stored_weight_bytes
 from pipeline.eagle3.verifier_shapes import active_params_per_token, text_config, weight_shapes
 from pipeline.errors import ActionError
 
@@ -177,7 +177,7 @@ def weight_bytes(cfg: dict[str, Any], fmt: QuantFormat | None, held: str) -> int
     keep = fmt if held == "stored" or (held == "hf" and fmt is not None and
                                        fmt.kind == "fp8-block") else None
     for name, shape in weight_shapes(cfg):
-        total += sum(stored_parts(keep, name, shape, 2).values())
+        total += stored_weight_bytes(keep, name, shape, 2)
     return total
 
 

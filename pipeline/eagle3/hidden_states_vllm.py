@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from pipeline.eagle3.common import Progress, dtype_name, log
 from pipeline.eagle3.shard_writer import WritePipeline
 from pipeline.errors import ActionError, exc_line
+from pipeline.vllm.model_files import text_config
 
 __all__ = ["Engine", "FinalNorm", "VllmEngine", "engine_layer_ids", "extract_with_engine",
            "hf_states", "open_engine"]
@@ -81,7 +82,7 @@ class FinalNorm:
         INT4 checkpoints) and its eps from the config."""
         from pipeline.eagle3.checkpoint_files import WeightSet, weight_files
 
-        text = vcfg.get("text_config") or vcfg
+        text = text_config(vcfg)
         model_type = str(text.get("model_type", vcfg.get("model_type", "")))
         where = str(Path(verifier) / "config.json")
         if model_type.startswith(_OTHER_NORMS):

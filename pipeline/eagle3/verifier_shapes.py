@@ -13,20 +13,22 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.errors import ActionError
+from pipeline.vllm.model_files import text_config as vllm_text_config
 
 Shape = tuple[int, ...]
 
 
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """A multimodal wrapper's language model config (Kimi-K2.5 nests DeepSeek-V3 in
-    ``text_config``); the config itself otherwise."""
-    inner = cfg.get("text_config")
-    if isinstance(inner, dict) and "hidden_size" in inner:
-        merged = dict(inner)
-        if "quantization_config" in cfg and "quantization_config" not in merged:
-            merged["quantization_config"] = cfg["quantization_config"]
-        return merged
-    return cfg
+    ``text_config``), as vLLM picks it, with the wrapper's quantization (which applies to
+    the whole checkpoint); the config itself otherwise."""
+    inner = vllm_text_config(cfg)
+    if inner is cfg:
+        return cfg
+    merged = dict(inner)
+    if "quantization_config" in cfg and "quantization_config" not in merged:
+        merged["quantization_config"] = cfg["quantization_config"]
+    return merged
 
 
 def weight_shapes(cfg: dict[str, Any]) -> list[tuple[str, Shape]]:
