@@ -10,6 +10,7 @@ import pytest
 
 from pipeline.hosts.executor import Executor, JobHandle, JobStatus
 from pipeline.spec.models import HostSpec
+from tests.sshd import SSHServer, started
 
 MakeExecutor = Callable[[], Executor]
 
@@ -72,3 +73,16 @@ def process_alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+# A ProxyJump pair: the jump host on 127.0.0.2 logs at DEBUG1 (so a test can see that the
+# target was reached through it), the target on 127.0.0.3.
+@pytest.fixture(scope="module")
+def jump(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
+    yield from started(tmp_path_factory.mktemp("jump"), address="127.0.0.2",
+                       log_level="DEBUG1")
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
+    yield from started(tmp_path_factory.mktemp("target"), address="127.0.0.3")

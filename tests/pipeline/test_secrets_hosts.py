@@ -137,17 +137,6 @@ def test_ssh(tmp_path: Path, store: Store, db_path: Path, other_user: OtherUser,
     check(run_watched(tmp_path, store, db_path, other_user, entry), Path(entry["workdir"]))
 
 
-@pytest.fixture(scope="module")
-def jump(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
-    yield from started(tmp_path_factory.mktemp("jump"), address="127.0.0.2",
-                       log_level="DEBUG1")
-
-
-@pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
-    yield from started(tmp_path_factory.mktemp("target"), address="127.0.0.3")
-
-
 @pytest.mark.ssh
 def test_ssh_through_a_proxyjump_host(tmp_path: Path, store: Store, db_path: Path,
                                       other_user: OtherUser, jump: SSHServer,  # noqa: F811

@@ -9,7 +9,6 @@ forwarded channel is logged there at DEBUG1), not assumed.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,20 +19,9 @@ from pipeline.hosts.ssh import SSHExecutor
 from pipeline.spec.load import load_spec
 from pipeline.spec.models import HostSpec
 from state.store import Store
-from tests.sshd import SSHServer, free_port, keygen, started
+from tests.sshd import SSHServer, free_port, keygen
 
 pytestmark = pytest.mark.ssh
-
-
-@pytest.fixture(scope="module")
-def jump(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
-    yield from started(tmp_path_factory.mktemp("jump"), address="127.0.0.2",
-                       log_level="DEBUG1")
-
-
-@pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
-    yield from started(tmp_path_factory.mktemp("target"), address="127.0.0.3")
 
 
 def write_config(path: Path, jump: SSHServer, target: SSHServer, **target_fields: str) -> Path:
