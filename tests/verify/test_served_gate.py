@@ -18,10 +18,10 @@ import pytest
 
 from harness import todos as uc
 from harness.runner import Runner
-from pipeline.spec.load import load_spec
 from state.store import Store
 from tests.serve.helpers import CHAT_PROMPTS, FAKE_COMMAND, kill_fakes, wait_gone, write_spec
 from tests.sshd import free_port
+from tests.test_runner import by_stage, make_runner
 from tests.verify.conftest import FUNCTIONAL
 
 pytestmark = [pytest.mark.ml, pytest.mark.slow, pytest.mark.sqlite]
@@ -65,17 +65,9 @@ def _bench(ports: tuple[int, int], needs: list[str], gate: dict) -> dict:
 
 
 def _run(store: Store, spec: Path, **kw) -> Runner:
-    row = store.session_by_name("s")
-    sid = row.id if row else store.create_session("s", actor="human")
-    lines: list[str] = []
-    r = Runner(store, sid, load_spec(spec), out=lines.append, poll_interval=0.05, **kw)
-    r.lines = lines  # type: ignore[attr-defined]
+    r = make_runner(store, spec, **kw)
     r.run()
     return r
-
-
-def _todos(store: Store, sid: int) -> dict:
-    return {t.stage: t for t in store.todos(sid) if t.stage}
 
 
 def test_the_sabotaged_drafter_is_blocked_by_the_served_numbers(good, variants, ports,
@@ -92,7 +84,7 @@ def test_the_sabotaged_drafter_is_blocked_by_the_served_numbers(good, variants, 
                {"min_served_speedup": {"at": 1, "min": 1.05}, "min_acceptance_length": 1.5}),
     ])
     r = _run(store, spec)
-    t = _todos(store, r.sid)
+    t = by_stage(store, r.sid)
     assert t["verify"].status == "blocked"
     bench = t["benchmark"]
     assert bench.status == "blocked", "\n".join(r.lines)
@@ -135,7 +127,7 @@ def test_served_tau_far_from_verifys_blocks_and_a_faithful_engine_passes(good, p
     spec = write_spec(tmp_path / "served.yaml", hosts, stages("--fake-acceptance",
                                                               "0.5,0.2,0.1"))
     r = _run(store, spec)
-    t = _todos(store, r.sid)
+    t = by_stage(store, r.sid)
     assert t["verify"].status == "completed", t["verify"].blocked_reason
     bench = t["benchmark"]
     assert bench.status == "blocked", "\n".join(r.lines)
@@ -158,7 +150,7 @@ def test_served_tau_far_from_verifys_blocks_and_a_faithful_engine_passes(good, p
     write_spec(spec, hosts, stages("--fake-acceptance", rates))
     uc.set_status(store, r.sid, bench.id, "pending")
     _run(store, spec, only="benchmark")
-    bench = _todos(store, r.sid)["benchmark"]
+    bench = by_stage(store, r.sid)["benchmark"]
     row = store.verifications(r.sid, todo_id=bench.num)[-1]
     assert bench.status == "completed", bench.blocked_reason
     assert row.passed and row.metrics["served_tau_gap"] <= 0.1, row.verdict
