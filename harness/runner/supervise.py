@@ -41,6 +41,7 @@ class Outcome:
     state: str
     completed: bool
     reason: str | None = None
+    gated: bool = False  # a gate held it (its own, or one the runner implied)
 
 
 class Supervisor:
@@ -259,7 +260,8 @@ class Supervisor:
         if verdict.problems:
             return self.end(stage, todo, run_id, "failed", status.exit_code,
                             "; ".join(verdict.problems), result)
-        return self.end(stage, todo, run_id, "succeeded", 0, verdict.note, result)
+        return self.end(stage, todo, run_id, "succeeded", 0, verdict.note, result,
+                        gated=bool(gate))
 
     def _result(self, ex: Executor, handle: JobHandle) -> StageResult | None:
         try:
@@ -287,7 +289,8 @@ class Supervisor:
         return safe_line(lines[-1], 240) if lines else None
 
     def end(self, stage: Stage, todo: int, run_id: int, state: str, exit_code: int | None,
-            reason: str | None, result: StageResult | None = None) -> Outcome:
+            reason: str | None, result: StageResult | None = None, *,
+            gated: bool = False) -> Outcome:
         """Record how the run ended (a cancel recorded meanwhile by someone else wins)."""
         with self.store.write(self.sid, RUNNER) as tx:
             current = tx.load_runs()[run_id]
@@ -302,7 +305,7 @@ class Supervisor:
         self.out(f"[{stage.name}] r{run_id} {mark}" + (f": {safe_line(reason, 300)}"
                                                      if reason else ""))
         return Outcome(stage=stage.name, todo=todo, run=run_id, state=state,
-                       completed=completed, reason=reason)
+                       completed=completed, reason=reason, gated=gated and completed)
 
     def finish_todo(self, todo: int, outcome: Outcome) -> None:
         """The todo follows its run's outcome, unless a person decided meanwhile."""
@@ -312,11 +315,7 @@ class Supervisor:
                 return  # a person decided meanwhile (done, cancelled, blocked): theirs stands
             if outcome.completed:
                 tx.update_todo(todo, status="completed")
-                # a gate of its own, or one the runner implied (served τ against verify's)
-                gated = outcome.stage in {s.name for s in self.spec.stages} and (
-                    bool(self.spec.stage(outcome.stage).gate)
-                    or "gate passed: " in (outcome.reason or ""))
-                if gated and outcome.reason:
+                if outcome.gated and outcome.reason:
                     # The numbers that let it through stay on the todo itself.
                     tx.emit("todo.noted", todo_id=todo,
                             payload={"text": f"r{outcome.run} {outcome.reason}"})
