@@ -2,9 +2,9 @@
 
 Each ``package@version`` is installed once into a folder of its own under
 ``$HARNESS_NPM_CACHE`` (default ``~/.cache/todo-harness/npm``), named
-``<package with / as ->@<version>``; ``scripts/test`` fills the cache before the suite
-(keep its list in step with the versions here), and a test that finds it filled starts at
-once. An install is done under a lock, so parallel pytest workers wait for one install
+``<package with / as ->@<version>``; ``scripts/test`` fills the cache before the suite by
+running this file (``python3 tests/agents/real/npm.py``: every pinned program, the
+versions written only here), and a test that finds it filled starts at once. An install is done under a lock, so parallel pytest workers wait for one install
 instead of racing it, and it is marked done (``.installed``) only when it finished: an
 interrupted one is redone.
 
@@ -18,9 +18,8 @@ import fcntl
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
-
-import pytest
 
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.197", "claude")
 CODEX = ("@openai/codex", "0.171.0", "codex")
@@ -29,6 +28,11 @@ OPENCODE = ("opencode-ai", "1.18.33", "opencode")
 # ~/.config/opencode) at startup; given beforehand, it starts without the registry.
 OPENCODE_PLUGIN = ("@opencode-ai/plugin", "1.18.33")
 DONE = ".installed"
+_AS_SCRIPT = False  # run by scripts/test, where pytest is not installed yet
+
+
+class Unavailable(Exception):
+    """A program that cannot be installed here, when this file runs as a script."""
 
 
 def npm_cache() -> Path:
@@ -41,6 +45,10 @@ def program_dir(package: str, version: str) -> Path:
 
 
 def _cannot(why: str) -> None:
+    if _AS_SCRIPT:
+        raise Unavailable(why)
+    import pytest
+
     if os.environ.get("CI"):
         pytest.fail(f"the real-program tests must run in CI, but {why}")
     pytest.skip(why)
@@ -101,3 +109,21 @@ def opencode() -> Path:
 
 def opencode_plugin_sdk() -> Path:
     return npm_package(*OPENCODE_PLUGIN)
+
+
+def install_all() -> int:
+    """Every pinned program into the cache; the number that could not be installed."""
+    failed = 0
+    for install, spec in [(npm_program, CLAUDE_CODE), (npm_program, CODEX),
+                          (npm_program, OPENCODE), (npm_package, OPENCODE_PLUGIN)]:
+        try:
+            install(*spec)
+        except Unavailable as exc:
+            print(f"!! {exc} (its tests will say so)", file=sys.stderr)
+            failed += 1
+    return failed
+
+
+if __name__ == "__main__":
+    _AS_SCRIPT = True
+    raise SystemExit(1 if install_all() else 0)
