@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 from state.fold import TodoState
 from state.store import Store
 from tests.agents.real.anthropic_server import AnthropicServer
+from tests.agents.real.conftest import harness, hook_log
 from tests.agents.real.npm import claude_code
 from tests.conftest import ROOT
 
@@ -60,10 +60,7 @@ class ClaudeProject:
         assert "added the harness hooks" in installed.stdout, installed.stdout
 
     def harness(self, *args: str) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run([sys.executable, "-m", "harness", *args], cwd=self.dir,
-                           env=self.env, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, (args, r.stdout, r.stderr)
-        return r
+        return harness(self.env, *args, cwd=self.dir)
 
     def person(self, *args: str) -> None:
         """A person's change, from another shell: ``harness -s eagle3 ...``."""
@@ -87,8 +84,7 @@ class ClaudeProject:
             return sorted(s.todos(row.id), key=lambda t: (t.position, t.num))
 
     def hook_log(self) -> str:
-        path = self.root / "data" / "logs" / "hooks.log"
-        return path.read_text() if path.exists() else ""
+        return hook_log(self.env)
 
     def task_file(self, list_id: str, task_id: str) -> dict[str, Any]:
         path = self.config / "tasks" / list_id / f"{task_id}.json"
