@@ -11,7 +11,10 @@ does not depend on them):
   one), hidden 2048, 6 layers;
 - ``deepseek_fp8`` (when ``pipeline.eagle3.quantize_checkpoint`` is there): the same verifier
   written as DeepSeek ships it (FP8 block-scaled), given to vLLM as is, against the ``hf``
-  backend on its dequantized bf16 twin;
+  backend on its dequantized bf16 twin; two more runs: vLLM on the twin (FP8 against bf16
+  tokens/s in one engine) and ``bench/e4m3_inputs.py`` (the twin with e4m3-rounded inputs:
+  what FP8 implies), so the FP8 states are judged "within what FP8 implies" when their error
+  against the fp32 reference is at most 1.5x the simulation's at every id;
 
 the same tokens (synthetic chats through ``eagle3.tokenize``) go through the stage three
 times, each in its own process as the runner starts it: ``hf`` in bf16, ``vllm`` in bf16, and
@@ -79,7 +82,8 @@ def run_module(module: str, params: dict, result: Path, timeout: float) -> dict:
     """``python -m module`` as the runner starts a stage; its result JSON. A vLLM process
     can hang at interpreter exit once its work is done: 10 s after the result file appears
     the process group is stopped."""
-    cmd = [sys.executable, "-m", module, *argv_of(params), "--result", str(result)]
+    how = [str(ROOT / module)] if module.endswith(".py") else ["-m", module]
+    cmd = [sys.executable, *how, *argv_of(params), "--result", str(result)]
     if result.exists():
         result.unlink()
     t0 = time.perf_counter()
@@ -219,6 +223,12 @@ def one_verifier(name: str, args, work: Path, info: dict) -> None:
         "hf_fp32_ref": ("pipeline.eagle3.hidden_states",
                         {"verifier": hf_dir, "dtype": "float32", "limit": args.ref_samples}),
     }
+    if name == "deepseek_fp8":  # the same engine on the twin, and what FP8 implies
+        runs["vllm_twin_bf16"] = ("pipeline.eagle3.hidden_states",
+                                  {**runs["vllm_bf16"][1], "verifier": hf_dir})
+        runs["hf_e4m3_sim"] = ("bench/e4m3_inputs.py",
+                               {"verifier": hf_dir, "dtype": "bfloat16",
+                                "limit": args.ref_samples})
     entry["aux_layers"] = aux
     entry.setdefault("runs", {})
     for run, (module, extra) in runs.items():
@@ -263,9 +273,37 @@ def one_verifier(name: str, args, work: Path, info: dict) -> None:
         v_rate = entry["runs"]["vllm_bf16"]["tokens_per_s"]
         entry["vllm_over_hf_tokens_per_s"] = round(v_rate / hf_rate, 3) if hf_rate else None
         log(f"{name}: vllm within bf16 tolerance: {ok}")
+    if {"vllm_bf16", "hf_fp32_ref", "vllm_twin_bf16", "hf_e4m3_sim"} <= done:
+        fp8_check(entry, d, hidden, aux)
     for run in runs:  # the shards are big (deepseek: ~8 GB a run); the figures are kept
         shutil.rmtree(d / run, ignore_errors=True)
     write(info, args.out)
+
+
+def fp8_check(entry: dict, d: Path, hidden: int, aux: list[int]) -> None:
+    """The FP8 checkpoint in vLLM against its twin: its error against the twin's fp32
+    reference next to what FP8 implies (the twin with e4m3-rounded inputs), and vLLM's
+    tokens/s on FP8 against the same engine on the twin."""
+    ref = by_sample(d / "hf_fp32_ref")
+    keep = set(ref)
+    fp8, twin = by_sample(d / "vllm_bf16", keep), by_sample(d / "vllm_twin_bf16", keep)
+    sim = by_sample(d / "hf_e4m3_sim", keep)
+    c = entry.setdefault("compare", {})
+    c["vllm_fp8_vs_fp32_ref"] = compare(fp8, ref, hidden, aux)
+    c["vllm_twin_vs_fp32_ref"] = compare(twin, ref, hidden, aux)
+    c["e4m3_sim_vs_fp32_ref"] = compare(sim, ref, hidden, aux)
+    c["vllm_fp8_vs_vllm_twin"] = compare(fp8, twin, hidden, aux)
+    ids = [f"aux{k}" for k in aux] + ["last"]
+    ratio = {k: round(c["vllm_fp8_vs_fp32_ref"][k]["rel_err"]
+                      / c["e4m3_sim_vs_fp32_ref"][k]["rel_err"], 3) for k in ids}
+    entry["fp8_over_e4m3_sim"] = ratio
+    entry["fp8_within_what_fp8_implies"] = all(r <= 1.5 for r in ratio.values())
+    r = entry["runs"]
+    entry["vllm_fp8_over_twin_tokens_per_s"] = round(
+        r["vllm_bf16"]["tokens_per_s"] / r["vllm_twin_bf16"]["tokens_per_s"], 3)
+    log(f"deepseek_fp8: FP8 in vLLM within what FP8 implies (<= 1.5x the e4m3 simulation's "
+        f"error): {entry['fp8_within_what_fp8_implies']} {ratio}; tokens/s FP8/twin "
+        f"{entry['vllm_fp8_over_twin_tokens_per_s']}")
 
 
 def quantized(args, info: dict) -> None:
@@ -301,7 +339,9 @@ def table(info: dict) -> str:
     for name, e in info.get("verifiers", {}).items():
         c = e.get("compare", {})
         for run, r in e.get("runs", {}).items():
-            key = {"vllm_bf16": "vllm_vs_fp32_ref", "hf_bf16": "hf_bf16_vs_fp32_ref"}.get(run)
+            key = {"vllm_bf16": "vllm_vs_fp32_ref", "hf_bf16": "hf_bf16_vs_fp32_ref",
+                   "vllm_twin_bf16": "vllm_twin_vs_fp32_ref",
+                   "hf_e4m3_sim": "e4m3_sim_vs_fp32_ref"}.get(run)
             errs = c.get(key) if key else None
             aux_err = max(v["rel_err"] for k, v in errs.items() if k.startswith("aux")) \
                 if errs else None
@@ -317,6 +357,11 @@ def table(info: dict) -> str:
         if "within_bf16_tolerance" in e:
             lines.append(f"{name:<13} vllm within bf16 tolerance: {e['within_bf16_tolerance']}; "
                          f"vllm/hf tokens/s {e.get('vllm_over_hf_tokens_per_s')}")
+        if "fp8_within_what_fp8_implies" in e:
+            lines.append(f"{name:<13} FP8 within what FP8 implies: "
+                         f"{e['fp8_within_what_fp8_implies']} (error / e4m3 simulation's: "
+                         f"{e['fp8_over_e4m3_sim']}); vllm tokens/s FP8/twin "
+                         f"{e['vllm_fp8_over_twin_tokens_per_s']}")
     return "\n".join(lines)
 
 

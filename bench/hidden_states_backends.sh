@@ -5,6 +5,10 @@
 #   bash .device/unpack.sh && bash bench/hidden_states_backends.sh [--budget-s N] [--only h200,deepseek,quantized,deepseek_fp8]
 #
 # Log and JSON go to $OUT (default runs/hidden_states_backends); stdout ends with the table.
+#
+# vLLM imports compressed-tensors for any quantized checkpoint (deepseek_fp8) and the carry
+# lacks it; put it in the third piece before the device calls:
+#   pip download --no-deps -d .device/vllm-c compressed-tensors==0.17.0 loguru
 set -o pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD:/tmp/vsite" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
@@ -13,5 +17,9 @@ OUT="${OUT:-$PWD/runs/hidden_states_backends}"
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 df -h /dev/shm /tmp >> "$OUT/gpu.txt" 2>&1
+if [[ "$*" == *deepseek_fp8* ]] && ! python3 -c "import compressed_tensors" 2>/dev/null; then
+  echo "bench/hidden_states_backends.sh: deepseek_fp8 needs compressed-tensors (see this script's header)" >&2
+  exit 2
+fi
 python3 bench/hidden_states_backends.py --out "$OUT" "$@" 2>&1 | tee "$OUT/log" \
   | grep -E "^\[bench|^verifier |^h200 |^deepseek|Traceback|Error|error:" | tail -n 80
