@@ -10,7 +10,7 @@ transaction that later tries to write). A store whose file (or directory) we may
 write is opened read-only (``mode=ro``, else ``immutable=1`` when not even the WAL index
 can be created), and a write on it says why it cannot.
 
-PostgreSQL (a plain ``postgresql://`` URL) is opened with psycopg directly, set up as the
+PostgreSQL (a plain ``postgresql://`` URL) is opened with psycopg2 directly, set up as the
 SQLAlchemy engine would set it up (:mod:`state.pg`), for the same reason; another server
 URL goes through the engine (:mod:`state.engine`, imported only then). Writers serialise
 on a transaction-level advisory lock (:func:`state.dialect.write_lock_sql`).
@@ -220,9 +220,9 @@ class Connections:
         if self.sqlite:
             return sqlite3.Error, sqlite3.OperationalError
         if self._pg is not None:
-            import psycopg
+            from state import pg
 
-            return psycopg.Error, psycopg.OperationalError
+            return pg.errors()
         dbapi = self.engine.dialect.dbapi
         return dbapi.Error, dbapi.OperationalError
 
@@ -389,9 +389,9 @@ class Connections:
         if self.sqlite:
             return False  # a file does not hang up
         if self._pg is not None:
-            conn = raw.dbapi_connection
-            return isinstance(exc, self.dbapi_error) and (
-                conn is None or conn.closed or conn.broken)
+            from state import pg
+
+            return isinstance(exc, self.dbapi_error) and pg.dropped(raw.dbapi_connection)
         return bool(self.engine.dialect.is_disconnect(exc, raw.dbapi_connection, cur))
 
     def _begin_write(self) -> tuple[Any, bool, Any]:

@@ -1,12 +1,19 @@
-"""PostgreSQL without SQLAlchemy: a store URL read by hand, and psycopg connections set up
-as the SQLAlchemy engine sets them up.
+"""PostgreSQL without SQLAlchemy: a store URL read by hand, and psycopg2 connections set up
+as the SQLAlchemy engine sets up its psycopg (3) ones.
 
 A ``todowrite`` on PostgreSQL is a fresh process like any other, and importing SQLAlchemy
 (to parse the URL and make the engine) and SQLModel (to list the applied migrations) cost
 it ~0.6 s of its ~0.9 s (docs/PERFORMANCE.md, "Everyday commands"). So the everyday
-reads and writes (:class:`state.connection.Connections`) connect with psycopg directly;
+reads and writes (:class:`state.connection.Connections`) connect with a driver directly;
 the engine (:mod:`state.engine`) is still made, on first use, for migrations, ``harness
 db`` and change watching.
+
+That driver is psycopg2, not the engine's psycopg 3: ``import psycopg`` alone takes
+110-150 ms (its libpq wrapper finds the library through ``ctypes.util``, psycopg-binary
+reads its version through ``importlib.metadata``, its errors import ``asyncio``), which
+kept a PostgreSQL ``todowrite`` at 245-300 ms; ``import psycopg2`` takes 20-35 ms. Both
+speak to the same server through the same libpq, and nothing here depends on which one
+wrote a row (every value is text, integer or a timestamp).
 
 Only the plain URLs are read here: ``postgresql://``, ``postgres://`` or
 ``postgresql+psycopg://``, one host, each query key once. Anything else (another driver,
@@ -85,19 +92,20 @@ def render(url: PgUrl, *, hide_password: bool) -> str:
 
 
 def connect(url: PgUrl, *, lock_timeout_ms: int) -> Any:
-    """A psycopg connection as the engine makes them (state/engine.py): READ COMMITTED,
+    """A psycopg2 connection as the engine makes its own (state/engine.py): READ COMMITTED,
     not in autocommit, named todo-harness, ``lock_timeout`` set after connecting."""
-    import psycopg
+    import psycopg2
 
     args: dict[str, Any] = {k: v for k, v in (
         ("user", url.username), ("password", url.password), ("host", url.host),
         ("port", url.port), ("dbname", url.database)) if v is not None}
     args.update(url.query)
     args.update(application_name="todo-harness", connect_timeout=10)
-    conn = psycopg.connect(**args)
+    conn = psycopg2.connect(**args)
     try:
-        conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
-        conn.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+        conn.set_session(isolation_level="READ COMMITTED", autocommit=False)
+        with conn.cursor() as cur:
+            cur.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
         conn.commit()
     except BaseException:
         conn.close()
@@ -105,15 +113,29 @@ def connect(url: PgUrl, *, lock_timeout_ms: int) -> Any:
     return conn
 
 
+def errors() -> tuple[type[BaseException], type[BaseException]]:
+    """(Error, OperationalError) of the driver these connections use."""
+    import psycopg2
+
+    return psycopg2.Error, psycopg2.OperationalError
+
+
+def dropped(conn: Any) -> bool:
+    """Whether the connection is closed, or broken by the server going away (psycopg2's
+    ``closed`` is 2 then)."""
+    return conn is None or bool(conn.closed)
+
+
 def ping(conn: Any) -> bool:
     """Whether a pooled connection still answers (the engine's ``pool_pre_ping``): one
     round trip, outside any transaction."""
-    if conn.closed or conn.broken:
+    if dropped(conn):
         return False
     try:
         conn.autocommit = True
         try:
-            conn.execute(";")
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")
         finally:
             conn.autocommit = False
     except Exception:
@@ -123,10 +145,10 @@ def ping(conn: Any) -> bool:
 
 def idle(conn: Any) -> bool:
     """Whether a connection has no transaction open (and is fit to pool)."""
-    import psycopg.pq
+    from psycopg2.extensions import TRANSACTION_STATUS_IDLE
 
-    return (not conn.closed and not conn.broken
-            and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+    return not dropped(conn) and conn.info.transaction_status == TRANSACTION_STATUS_IDLE
 
 
-__all__ = ["DRIVER", "PgUrl", "connect", "idle", "parse", "ping", "render"]
+__all__ = ["DRIVER", "PgUrl", "connect", "dropped", "errors", "idle", "parse", "ping",
+           "render"]

@@ -144,7 +144,7 @@ def test_postgres_todowrite_does_not_import_sqlalchemy(pg_url: str, tmp_path: Pa
            "HARNESS_CONFIG_DIR": str(tmp_path / "config")}
     subprocess.run([sys.executable, "-m", "harness", "todoread"], env=env, check=True,
                    capture_output=True, timeout=120)  # creates the schema (SQLAlchemy)
-    heavy = HEAVY - {"psycopg"}
+    heavy = HEAVY  # psycopg 3 too: everyday commands connect with psycopg2 (state/pg.py)
     for args, stdin in ((["todowrite"], import_probe.TODOS), (["list"], ""),
                         (["show", "t3"], ""), (["done", "t3"], "")):
         probe, err = import_probe.probe(env, args, stdin, heavy)
@@ -158,7 +158,7 @@ def test_postgres_todowrite_does_not_import_sqlalchemy(pg_url: str, tmp_path: Pa
 @pytest.mark.postgres
 def test_a_pooled_postgres_reader_dropped_by_the_server_is_replaced(
         pg_url: str, pg_cluster: Any) -> None:
-    """psycopg without the engine keeps the engine's pre-ping: a pooled connection the
+    """psycopg2 without the engine keeps the engine's pre-ping: a pooled connection the
     server dropped (a restart, an idle timeout) is found dead and replaced, unseen."""
     import time
 
