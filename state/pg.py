@@ -26,11 +26,13 @@ compares them).
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote
 
 DRIVER = "postgresql+psycopg"
+CONNECT_TIMEOUT_S = 10
 _SCHEMES = ("postgresql", "postgres", DRIVER)
 # SQLAlchemy's own pattern (sqlalchemy.engine.url._parse_url), so both read a URL alike.
 _URL = re.compile(r"""
@@ -100,7 +102,8 @@ def connect(url: PgUrl, *, lock_timeout_ms: int) -> Any:
         ("user", url.username), ("password", url.password), ("host", url.host),
         ("port", url.port), ("dbname", url.database)) if v is not None}
     args.update(url.query)
-    args.update(application_name="todo-harness", connect_timeout=10)
+    args.update(application_name="todo-harness", connect_timeout=CONNECT_TIMEOUT_S)
+    psycopg2.extensions.set_wait_callback(_wait)
     conn = psycopg2.connect(**args)
     try:
         conn.set_session(isolation_level="READ COMMITTED", autocommit=False)
@@ -111,6 +114,41 @@ def connect(url: PgUrl, *, lock_timeout_ms: int) -> Any:
         conn.close()
         raise
     return conn
+
+
+def _wait(conn: Any) -> None:
+    """psycopg2's wait callback: libpq's waits happen here, in Python.
+
+    Without one, psycopg2 blocks in C for a whole connect (to ``connect_timeout``: 10 s
+    on a server that accepts and never answers) and a Ctrl-C waits that long. Here it
+    lands at once. libpq does not time out a connect made this way, so the deadline is
+    kept here. A query interrupted here is cancelled on the server; its connection is
+    not reused (its transaction is not idle)."""
+    import select
+
+    import psycopg2
+    from psycopg2.extensions import POLL_OK, POLL_READ, STATUS_SETUP
+
+    connecting = conn.status == STATUS_SETUP
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S if connecting else None
+    try:
+        while True:
+            state = conn.poll()
+            if state == POLL_OK:
+                return
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise psycopg2.OperationalError("connection timeout expired")
+            fd = [conn.fileno()]
+            select.select(fd if state == POLL_READ else [], [] if state == POLL_READ else fd,
+                          [], left)
+    except KeyboardInterrupt:
+        if not connecting:
+            try:
+                conn.cancel()
+            except Exception:  # the Ctrl-C is the news, not a failed cancel
+                pass
+        raise
 
 
 def errors() -> tuple[type[BaseException], type[BaseException]]:
