@@ -27,37 +27,11 @@ from pipeline.eagle3 import hidden_states  # noqa: E402
 _load_placed = hidden_states.load_placed
 
 
-def _round_expert_inputs(model) -> int:
-    """Routed experts in transformers 5 are fused 3-D parameters, not ``nn.Linear``: round
-    the experts module's input (what gate_up multiplies). The input of their down
-    projection stays bf16, so for MoE verifiers this yardstick is slightly too kind."""
-    import torch
-    from quantized_verifier import FP8_MAX
-
-    def hook(_mod, args):
-        x = args[0]
-        k = x.shape[-1]
-        pad = (-k) % 128
-        g = torch.nn.functional.pad(x.float(), (0, pad)).unflatten(-1, (-1, 128))
-        s = (g.abs().amax(-1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
-        q = ((g / s).to(torch.float8_e4m3fn).float() * s).flatten(-2)[..., :k]
-        return (q.to(x.dtype), *args[1:])
-
-    n = 0
-    for mod in model.modules():
-        w = getattr(mod, "gate_up_proj", None)
-        if isinstance(w, torch.nn.Parameter) and w.dim() == 3:
-            mod.register_forward_pre_hook(hook)
-            n += 1
-    return n
-
-
 def _load_rounded(*args, **kwargs):
     placed = _load_placed(*args, **kwargs)
-    hooks = fake_quant_inputs(placed.model)
-    experts = _round_expert_inputs(placed.model)
-    print(f"[e4m3_inputs] {len(hooks)} linears and {experts} expert blocks take e4m3-rounded "
-          "inputs", flush=True)
+    hooks = fake_quant_inputs(placed.model, experts=True)
+    print(f"[e4m3_inputs] {len(hooks)} linears and expert blocks take e4m3-rounded inputs",
+          flush=True)
     return placed
 
 

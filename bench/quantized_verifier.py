@@ -87,25 +87,41 @@ def build_random(arch: str, tiny: bool, where: Path, seed: int) -> Path:
     return where
 
 
-def fake_quant_inputs(model) -> list:
-    """Round every linear's input to e4m3 per token and 128 channels, as the FP8 kernels'
-    dynamic activation quantization does; returns the hooks."""
+def e4m3_groups(x):
+    """``x``'s last dim in groups of 128 (the last zero-padded), each group quantized to
+    e4m3 with its own fp32 scale, as the FP8 kernels quantize activations (dynamic, per
+    token): ``(q [..., groups, 128] e4m3, s [..., groups, 1])``."""
+    import torch
+
+    k = x.shape[-1]
+    pad = (-k) % 128
+    xf = torch.nn.functional.pad(x.float(), (0, pad)) if pad else x.float()
+    g = xf.unflatten(-1, (-1, 128))
+    s = (g.abs().amax(-1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
+    return (g / s).to(torch.float8_e4m3fn), s
+
+
+def round_e4m3(x):
+    """``x`` as the FP8 kernels see it: quantized per 128 channels and back."""
+    q, s = e4m3_groups(x)
+    return (q.float() * s).flatten(-2)[..., :x.shape[-1]].to(x.dtype)
+
+
+def fake_quant_inputs(model, experts: bool = False) -> list:
+    """Round every linear's input to e4m3 per token and 128 channels; returns the hooks.
+    With ``experts``, also the input of each routed-experts block (fused 3-D parameters in
+    transformers 5, not ``nn.Linear``): what gate_up multiplies; their down projection's
+    input stays bf16, so for MoE verifiers the simulation is slightly kind to FP8."""
     import torch
 
     def hook(_mod, args):
-        x = args[0]
-        k = x.shape[-1]
-        pad = (-k) % 128
-        xf = torch.nn.functional.pad(x.float(), (0, pad)) if pad else x.float()
-        g = xf.unflatten(-1, (-1, 128))
-        s = (g.abs().amax(-1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
-        q = (g / s).to(torch.float8_e4m3fn).float() * s
-        q = q.flatten(-2)[..., :k]
-        return (q.to(x.dtype), *args[1:])
+        return (round_e4m3(args[0]), *args[1:])
 
     hooks = []
     for name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.Linear) and not name.endswith("lm_head"):
+        w = getattr(mod, "gate_up_proj", None)
+        if (isinstance(mod, torch.nn.Linear) and not name.endswith("lm_head")) or (
+                experts and isinstance(w, torch.nn.Parameter) and w.dim() == 3):
             hooks.append(mod.register_forward_pre_hook(hook))
     return hooks
 
@@ -134,13 +150,8 @@ class BlockFP8Linear:
 
         x = args[0]
         lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.k).float()
-        if self.nb * 128 != self.k:
-            x2 = torch.nn.functional.pad(x2, (0, self.nb * 128 - self.k))
-        g = x2.view(x2.shape[0], self.nb, 128)
-        s = (g.abs().amax(-1, keepdim=True) / FP8_MAX).clamp(min=1e-12)      # [m, nb, 1]
-        q = (g / s).to(torch.float8_e4m3fn)
-        out = torch.zeros(x2.shape[0], self.n, dtype=torch.float32, device=x.device)
+        q, s = e4m3_groups(x.reshape(-1, self.k))                           # [m, nb, 128]
+        out = torch.zeros(q.shape[0], self.n, dtype=torch.float32, device=x.device)
         for j in range(self.nb):
             out += torch._scaled_mm(q[:, j].contiguous(), self.w[j].t(),
                                     scale_a=s[:, j].contiguous(), scale_b=self.ws[j],
@@ -321,13 +332,12 @@ def table(info: dict) -> str:
         rows.append(("fp8, torch _scaled_mm", "-", "-", "-",
                      f"failed: {info.get('torch_fp8_error')}"))
     if "fp8_rel_err" in info:
-        rows.append(("fp8 block-scaled", wb(info.get("fp8_weight_bytes")),
+        rows.append(("fp8, transformers", wb(info.get("fp8_weight_bytes")),
                      errs(info["fp8_rel_err"]), f"{info['fp8_tokens_per_s']:,.0f}",
                      f"{info['fp8_mode']}; within FP8: {info['within_fp8']}; "
                      f"x{info['speedup']:.2f} vs bf16"))
     else:
-        rows.append(("fp8 block-scaled", "-", "-", "-", f"failed: {info.get('fp8_error')}"))
-    rows[-1] = ("fp8, transformers", *rows[-1][1:])
+        rows.append(("fp8, transformers", "-", "-", "-", f"failed: {info.get('fp8_error')}"))
     head = (f"{'model':<26} {'weights GiB':>11} {'rel err max (last layer)':>26} "
             f"{'tokens/s':>12}  note")
     lines = [f"quantized verifier ({info['arch']}{', tiny' if info['tiny'] else ''}) on "
