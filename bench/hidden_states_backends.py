@@ -257,14 +257,20 @@ def one_verifier(name: str, args, work: Path, info: dict) -> None:
             log(f"{name} {run}: FAILED {exc}")
         write(info, args.out)
     done = {r for r, v in entry["runs"].items() if "error" not in v and "skipped" not in v}
+    loaded: dict[str, dict] = {}
+
+    def states(run: str) -> dict:  # each run's shards read once, on the reference's samples
+        if run not in loaded:
+            keep = None if run == "hf_fp32_ref" else set(states("hf_fp32_ref"))
+            loaded[run] = by_sample(d / run, keep)
+        return loaded[run]
+
+    c = entry.setdefault("compare", {})
     if {"hf_bf16", "vllm_bf16", "hf_fp32_ref"} <= done:
-        ref = by_sample(d / "hf_fp32_ref")
-        keep = set(ref)
-        hf, vl = by_sample(d / "hf_bf16", keep), by_sample(d / "vllm_bf16", keep)
-        entry["compare"] = {"vllm_vs_hf_bf16": compare(vl, hf, hidden, aux),
-                            "vllm_vs_fp32_ref": compare(vl, ref, hidden, aux),
-                            "hf_bf16_vs_fp32_ref": compare(hf, ref, hidden, aux)}
-        c = entry["compare"]
+        ref, hf, vl = states("hf_fp32_ref"), states("hf_bf16"), states("vllm_bf16")
+        c.update({"vllm_vs_hf_bf16": compare(vl, hf, hidden, aux),
+                  "vllm_vs_fp32_ref": compare(vl, ref, hidden, aux),
+                  "hf_bf16_vs_fp32_ref": compare(hf, ref, hidden, aux)})
         ok = all(c["vllm_vs_fp32_ref"][k]["rel_err"]
                  <= 2 * c["hf_bf16_vs_fp32_ref"][k]["rel_err"] + 1e-3
                  for k in [f"aux{k}" for k in aux] + ["last"])
@@ -274,27 +280,26 @@ def one_verifier(name: str, args, work: Path, info: dict) -> None:
         entry["vllm_over_hf_tokens_per_s"] = round(v_rate / hf_rate, 3) if hf_rate else None
         log(f"{name}: vllm within bf16 tolerance: {ok}")
     if {"vllm_bf16", "hf_fp32_ref", "vllm_twin_bf16", "hf_e4m3_sim"} <= done:
-        fp8_check(entry, d, hidden, aux)
+        fp8_check(entry, states, hidden, aux)
     for run in runs:  # the shards are big (deepseek: ~8 GB a run); the figures are kept
         shutil.rmtree(d / run, ignore_errors=True)
     write(info, args.out)
 
 
-def fp8_check(entry: dict, d: Path, hidden: int, aux: list[int]) -> None:
-    """The FP8 checkpoint in vLLM against its twin: its error against the twin's fp32
-    reference next to what FP8 implies (the twin with e4m3-rounded inputs), and vLLM's
-    tokens/s on FP8 against the same engine on the twin."""
-    ref = by_sample(d / "hf_fp32_ref")
-    keep = set(ref)
-    fp8, twin = by_sample(d / "vllm_bf16", keep), by_sample(d / "vllm_twin_bf16", keep)
-    sim = by_sample(d / "hf_e4m3_sim", keep)
-    c = entry.setdefault("compare", {})
-    c["vllm_fp8_vs_fp32_ref"] = compare(fp8, ref, hidden, aux)
+def fp8_check(entry: dict, states, hidden: int, aux: list[int]) -> None:
+    """The FP8 checkpoint in vLLM (the ``vllm_bf16`` run of ``deepseek_fp8``) against its
+    twin: its error against the twin's fp32 reference next to what FP8 implies (the twin
+    with e4m3-rounded inputs), and vLLM's tokens/s on FP8 against the same engine on the
+    twin. ``states(run)`` gives a run's states by sample."""
+    ref, fp8, twin = states("hf_fp32_ref"), states("vllm_bf16"), states("vllm_twin_bf16")
+    c = entry["compare"]
+    if "vllm_vs_fp32_ref" not in c:
+        c["vllm_vs_fp32_ref"] = compare(fp8, ref, hidden, aux)
     c["vllm_twin_vs_fp32_ref"] = compare(twin, ref, hidden, aux)
-    c["e4m3_sim_vs_fp32_ref"] = compare(sim, ref, hidden, aux)
+    c["e4m3_sim_vs_fp32_ref"] = compare(states("hf_e4m3_sim"), ref, hidden, aux)
     c["vllm_fp8_vs_vllm_twin"] = compare(fp8, twin, hidden, aux)
     ids = [f"aux{k}" for k in aux] + ["last"]
-    ratio = {k: round(c["vllm_fp8_vs_fp32_ref"][k]["rel_err"]
+    ratio = {k: round(c["vllm_vs_fp32_ref"][k]["rel_err"]
                       / c["e4m3_sim_vs_fp32_ref"][k]["rel_err"], 3) for k in ids}
     entry["fp8_over_e4m3_sim"] = ratio
     entry["fp8_within_what_fp8_implies"] = all(r <= 1.5 for r in ratio.values())
