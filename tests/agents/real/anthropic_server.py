@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+from tests.agents.real import local_http
 from tests.agents.real.local_http import JSONHandler, LocalServer
 
 
@@ -37,16 +38,8 @@ class Reply:
     input_tokens: int = 200
 
 
-@dataclass
-class Request:
-    path: str
-    body: dict[str, Any]
-    at: float = 0.0  # time.time() when it arrived
-
-    @property
-    def text(self) -> str:
-        """The whole body as one string (for ``in`` checks)."""
-        return json.dumps(self.body, ensure_ascii=False)
+class Request(local_http.Request):
+    """A Messages API request, read as Claude Code means it."""
 
     @property
     def tools(self) -> list[str]:

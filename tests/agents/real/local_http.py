@@ -1,14 +1,29 @@
 """What the scripted model servers share (anthropic_server.py for Claude Code,
 model_server.py for Codex and opencode): a threaded HTTP server on a free port of
 127.0.0.1 for the length of a ``with`` block, and a quiet handler that reads and answers
-JSON."""
+JSON, and the record of one request."""
 
 from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
+
+
+@dataclass
+class Request:
+    """One request a scripted server received: the truth of what the program was shown."""
+
+    path: str
+    body: dict[str, Any]
+    at: float = 0.0  # time.time() when it arrived
+
+    @property
+    def text(self) -> str:
+        """The whole body as one string (for ``in`` checks)."""
+        return json.dumps(self.body, ensure_ascii=False)
 
 
 class LocalServer:

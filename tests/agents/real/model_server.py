@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.agents.real.local_http import JSONHandler, LocalServer
+from tests.agents.real.local_http import JSONHandler, LocalServer, Request
 
 
 @dataclass
@@ -31,17 +31,6 @@ class Reply:
     calls: list[Call] = field(default_factory=list)
     # The usage the model reports: a high total makes Codex compact on its own.
     total_tokens: int = 100
-
-
-@dataclass
-class Request:
-    path: str
-    body: dict[str, Any]
-
-    @property
-    def text(self) -> str:
-        """Everything the program sent, as one string (for `in` checks)."""
-        return json.dumps(self.body, ensure_ascii=False)
 
 
 Script = Callable[[Request, int], Reply]
