@@ -11,6 +11,9 @@ command hook running ``harness hook AGENT`` (however it is spelt: a path, a
 ``HARNESS_SESSION=...`` prefix) is left as it is; the others get a group of their own
 appended. So installing twice changes nothing, and an older install gains the events it
 lacks. The file is written whole, beside itself and renamed into place.
+
+For Claude Code the same settings file also turns its todo tools on and lets the harness
+MCP server's todo tools run, and the server is registered (:mod:`harness.agents.claude_install`).
 """
 
 from __future__ import annotations
@@ -58,10 +61,12 @@ class InstallPlan:
     after: str
     events: list[str]  # the events that gain a harness hook
     notes: list[str] = field(default_factory=list)
+    settings: list[str] = field(default_factory=list)  # other settings set
+    action: str = "set"  # what gaining ``events`` is called
 
     @property
     def changed(self) -> bool:
-        return bool(self.events)
+        return bool(self.events or self.settings)
 
     @property
     def diff(self) -> str:
@@ -99,16 +104,35 @@ def settings_path(agent: str, scope: str, cwd: Path) -> Path:
     return cwd / ".codex" / "hooks.json"
 
 
-def default_command(agent: str) -> str:
-    """How the agent should run this harness: ``harness`` when that is the one on PATH,
+def harness_argv() -> list[str]:
+    """How an agent should run this harness: ``harness`` when that is the one on PATH,
     else this harness by its full path (a virtualenv the agent's shell does not see)."""
     here = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     found = shutil.which("harness")
     if found and here is not None and Path(found).resolve() == here:
-        return f"harness hook {agent}"
+        return ["harness"]
     if here is not None and here.name == "harness" and here.is_file():
-        return f"{shlex.quote(str(here))} hook {agent}"
-    return f"{shlex.quote(sys.executable)} -m harness hook {agent}"
+        return [str(here)]
+    return [sys.executable, "-m", "harness"]
+
+
+def default_command(agent: str) -> str:
+    return shlex.join([*harness_argv(), "hook", agent])
+
+
+def command_argv(command: str | None, agent: str) -> list[str]:
+    """This harness as the hooks' ``command`` runs it (``--command``'s words before
+    ``hook AGENT``; a shell prefix such as ``VAR=x`` is dropped), else :func:`harness_argv`."""
+    if command:
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = []
+        if words[-2:] == ["hook", agent]:
+            words = [w for w in words[:-2] if not re.match(r"^\w+=", w)]
+            if words:
+                return words
+    return harness_argv()
 
 
 def _ours(hook: Any, agent: str) -> bool:
@@ -137,13 +161,8 @@ def _narrow_matchers(hooks: dict[str, Any], agent: str) -> list[str]:
     return notes
 
 
-def install(agent: str, *, scope: str = "project", cwd: Path, command: str | None = None,
-            path: Path | None = None) -> InstallPlan:
-    """What installing the hooks would make of the settings file (write it with
-    :meth:`InstallPlan.write`)."""
-    if agent not in AGENTS:
-        raise UsageError(f"unknown agent {agent!r} (expected {', '.join(AGENTS)})")
-    path = path or settings_path(agent, scope, cwd)
+def read_json(path: Path) -> tuple[str | None, dict[str, Any]]:
+    """A JSON settings file: its text (None: it does not exist) and its object."""
     where = str(path)
     try:
         before: str | None = path.read_text(encoding="utf-8")
@@ -162,6 +181,23 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
     if not isinstance(doc, dict):
         raise InputError(f"the settings are a {type(doc).__name__}, not a JSON object",
                          where=where)
+    return before, doc
+
+
+def _dumped(doc: dict[str, Any], before: str | None, changed: bool) -> str:
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if changed else (before or "")
+
+
+def install(agent: str, *, scope: str = "project", cwd: Path, command: str | None = None,
+            path: Path | None = None, todo_tools: bool = True) -> InstallPlan:
+    """What installing the hooks would make of the settings file (write it with
+    :meth:`InstallPlan.write`); for Claude Code also its todo-tools switch (unless not
+    ``todo_tools``) and the harness MCP server's permissions."""
+    if agent not in AGENTS:
+        raise UsageError(f"unknown agent {agent!r} (expected {', '.join(AGENTS)})")
+    path = path or settings_path(agent, scope, cwd)
+    where = str(path)
+    before, doc = read_json(path)
     hooks = doc.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise InputError("`hooks` is not an object", where=where)
@@ -180,9 +216,29 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
         group["hooks"] = [{"type": "command", "command": cmd}]
         groups.append(group)
         added.append(event)
-    after = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if added else (before or "")
     notes = _narrow_matchers(hooks, agent)
-    return InstallPlan(path=path, before=before, after=after, events=added, notes=notes)
+    settings: list[str] = []
+    if agent == "claude-code":
+        from harness.agents.claude_install import settings_changes
+
+        settings, more = settings_changes(doc, scope=scope, todo_tools=todo_tools,
+                                          where=where)
+        notes += more
+    return InstallPlan(path=path, before=before,
+                       after=_dumped(doc, before, bool(added or settings)), events=added,
+                       notes=notes, settings=settings, action="added the harness hooks")
+
+
+def claude_mcp(*, scope: str, cwd: Path, command: str | None = None) -> InstallPlan:
+    """The harness MCP server registered where Claude Code reads MCP servers
+    (:func:`harness.agents.claude_install.mcp_config_path`)."""
+    from harness.agents.claude_install import mcp_config_path, mcp_servers_change
+
+    path = mcp_config_path(scope, cwd)
+    before, doc = read_json(path)
+    changes = mcp_servers_change(doc, command_argv(command, "claude-code"), where=str(path))
+    return InstallPlan(path=path, before=before, after=_dumped(doc, before, bool(changes)),
+                       events=changes, action="registered the harness MCP server")
 
 
 def _ours_keys(hooks_text: str, agent: str) -> set[str]:

@@ -43,8 +43,24 @@ def test_claude_code_install_keeps_other_hooks_and_is_idempotent(tmp_path: Path)
     assert r.returncode == 0, r.stderr
     assert "added the harness hooks (PostToolUse, PreToolUse, UserPromptSubmit, TaskCreated, " \
            "TaskCompleted, PreCompact, PostCompact, SessionStart)" in r.stdout.decode()
+    out = r.stdout.decode()
     doc = json.loads(settings.read_text())
-    assert doc["permissions"] == THEIRS["permissions"]
+    # Theirs kept, in its order; ours after it: the todo-tools switch, the MCP server's
+    # todo tools allowed, the server enabled and registered.
+    assert doc["permissions"]["allow"] == ["Bash(pytest:*)", "mcp__harness__todowrite",
+                                           "mcp__harness__todoread",
+                                           "mcp__harness__todo_update"]
+    assert doc["env"] == {"CLAUDE_CODE_ENABLE_TODO_TOOLS": "1"}
+    assert doc["enabledMcpjsonServers"] == ["harness"]
+    server = json.loads((tmp_path / ".mcp.json").read_text())["mcpServers"]["harness"]
+    assert server["type"] == "stdio" and server["args"][-3:] == ["mcp", "--agent",
+                                                                 "claude-code"]
+    assert f"{tmp_path / '.mcp.json'}: registered the harness MCP server " \
+           "(mcpServers.harness)" in out
+    told = [line for line in out.splitlines() if line.startswith("todo tools:")]
+    assert len(told) == 1 and told[0].startswith(
+        f"todo tools: turned on (CLAUDE_CODE_ENABLE_TODO_TOOLS=1 in {settings}), because "
+        "Claude Code 2.1.233 and later give today's models")
     hooks = doc["hooks"]
     assert hooks["Stop"] == THEIRS["hooks"]["Stop"]
     assert hooks["PostToolUse"][0] == THEIRS["hooks"]["PostToolUse"][0]
@@ -59,10 +75,51 @@ def test_claude_code_install_keeps_other_hooks_and_is_idempotent(tmp_path: Path)
         assert "matcher" not in hooks[event][0]
     after = settings.read_text()
     again = install("claude-code", tmp_path)
-    assert again.returncode == 0 and b"already up to date" in again.stdout
+    assert again.returncode == 0 and again.stdout.count(b"already up to date") == 2
+    assert b"todo tools: already on" in again.stdout
     assert settings.read_text() == after
     dry = install("claude-code", tmp_path, "--dry-run")
-    assert b"already up to date (nothing to change)" in dry.stdout
+    assert dry.stdout.count(b"already up to date (nothing to change)") == 2
+
+
+def test_no_todo_tools_leaves_the_switch_off_and_the_dry_run_shows_it(tmp_path: Path) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    dry = install("claude-code", tmp_path, "--dry-run").stdout.decode()
+    assert '+    "CLAUDE_CODE_ENABLE_TODO_TOOLS": "1"' in dry
+    assert f"+++ {tmp_path / '.mcp.json'}" in dry and '+        "claude-code"' in dry
+    assert "todo tools: would turn on" in dry
+    assert not settings.exists() and not (tmp_path / ".mcp.json").exists()
+    r = install("claude-code", tmp_path, "--no-todo-tools")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(settings.read_text())
+    assert "env" not in doc and doc["enabledMcpjsonServers"] == ["harness"]
+    assert "todo tools: left off (--no-todo-tools): on today's models the model keeps its " \
+           "plan with mcp__harness__todowrite" in r.stdout.decode()
+    # A switch the user set is theirs: never changed, said.
+    doc["env"] = {"CLAUDE_CODE_ENABLE_TODO_TOOLS": "0", "FOO": "bar"}
+    settings.write_text(json.dumps(doc))
+    r = install("claude-code", tmp_path)
+    assert json.loads(settings.read_text())["env"] == doc["env"]
+    assert "note: CLAUDE_CODE_ENABLE_TODO_TOOLS is '0'" in r.stdout.decode()
+
+
+def test_an_mcp_config_we_cannot_read_stops_the_install_before_any_write(
+        tmp_path: Path) -> None:
+    (tmp_path / ".mcp.json").write_text("{oops")
+    r = install("claude-code", tmp_path)
+    err = r.stderr.decode()
+    assert r.returncode == 1 and ".mcp.json" in err and "not valid JSON" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / ".claude").exists()
+
+
+def test_a_harness_server_already_registered_is_left_as_it_is(tmp_path: Path) -> None:
+    mine = {"mcpServers": {"harness": {"command": "harness", "args": ["-s", "x", "mcp"]},
+                           "other": {"command": "other-mcp"}}, "mine": 1}
+    (tmp_path / ".mcp.json").write_text(json.dumps(mine))
+    r = install("claude-code", tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / ".mcp.json").read_text()) == mine
+    assert f"{tmp_path / '.mcp.json'}: already up to date" in r.stdout.decode()
 
 
 def test_an_older_install_gains_only_the_events_it_lacks(tmp_path: Path) -> None:
@@ -89,13 +146,20 @@ def test_user_scope_and_a_custom_command(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     doc = json.loads((home / ".claude" / "settings.json").read_text())
     assert doc["hooks"]["SessionStart"][0]["hooks"][0]["command"] == "harness hook claude-code"
-    assert not (tmp_path / ".claude").exists()
+    assert "enabledMcpjsonServers" not in doc  # a project's .mcp.json is the project's
+    # The user's MCP servers are in ~/.claude.json; the server runs as --command does.
+    user = json.loads((home / ".claude.json").read_text())
+    assert user["mcpServers"]["harness"]["command"] == "harness"
+    assert user["mcpServers"]["harness"]["args"] == ["mcp", "--agent", "claude-code"]
+    assert not (tmp_path / ".claude").exists() and not (tmp_path / ".mcp.json").exists()
 
 
 @pytest.mark.parametrize("text,message", [
     ("{not json", "not valid JSON"),
     ('["a list"]', "not a JSON object"),
     ('{"hooks": []}', "`hooks` is not an object"),
+    ('{"env": "x"}', "`env` is not an object"),
+    ('{"permissions": {"allow": "x"}}', "`permissions.allow` is not a list"),
 ])
 def test_a_settings_file_we_cannot_read_is_left_alone(tmp_path: Path, text: str,
                                                       message: str) -> None:
