@@ -135,7 +135,7 @@ def command_argv(command: str | None, agent: str) -> list[str]:
     return harness_argv()
 
 
-def _ours(hook: Any, agent: str) -> bool:
+def is_ours(hook: Any, agent: str) -> bool:
     return (isinstance(hook, dict) and isinstance(hook.get("command"), str)
             and re.search(rf"\bhook\s+{re.escape(agent)}\b", hook["command"]) is not None)
 
@@ -150,7 +150,7 @@ def _narrow_matchers(hooks: dict[str, Any], agent: str) -> list[str]:
             continue
         for group in hooks.get(event) or []:
             if not (isinstance(group, dict) and isinstance(group.get("hooks"), list)
-                    and any(_ours(h, agent) for h in group["hooks"])):
+                    and any(is_ours(h, agent) for h in group["hooks"])):
                 continue
             have = str(group.get("matcher") or "")
             missing = [t for t in matcher.split("|") if have and have != "*"
@@ -210,7 +210,7 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
         if not isinstance(groups, list):
             raise InputError(f"`hooks.{event}` is not a list", where=where)
         if any(isinstance(g, dict) and isinstance(g.get("hooks"), list)
-               and any(_ours(h, agent) for h in g["hooks"]) for g in groups):
+               and any(is_ours(h, agent) for h in g["hooks"]) for g in groups):
             continue
         group: dict[str, Any] = {"matcher": matcher} if matcher else {}
         group["hooks"] = [{"type": "command", "command": cmd}]
@@ -241,7 +241,7 @@ def claude_mcp(*, scope: str, cwd: Path, command: str | None = None) -> InstallP
                        events=changes, action="registered the harness MCP server")
 
 
-def _ours_keys(hooks_text: str, agent: str) -> set[str]:
+def ours_keys(hooks_text: str, agent: str) -> set[str]:
     """Codex's relative keys (``post_tool_use:0:0``) of our hooks in a hooks file."""
     doc = json.loads(hooks_text) if hooks_text.strip() else {}
     keys = set()
@@ -250,7 +250,7 @@ def _ours_keys(hooks_text: str, agent: str) -> set[str]:
         for gi, group in enumerate(groups if isinstance(groups, list) else []):
             hooks = group.get("hooks") if isinstance(group, dict) else None
             for hi, hook in enumerate(hooks if isinstance(hooks, list) else []):
-                if _ours(hook, agent):
+                if is_ours(hook, agent):
                     keys.add(f"{snake}:{gi}:{hi}")
     return keys
 
@@ -283,7 +283,7 @@ def codex_config(hooks: InstallPlan, *, scope: str, cwd: Path,
             hashes = {}
             notes.append(f"could not ask Codex for the hooks' hashes ({exc}); trust them "
                          "in Codex (/hooks)")
-        mine = _ours_keys(hooks.after, "codex")
+        mine = ours_keys(hooks.after, "codex")
         if hashes and not mine <= set(hashes):
             notes.append(f"{program} did not list every harness hook; trust them in Codex "
                          "(/hooks)")

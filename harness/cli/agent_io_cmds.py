@@ -282,7 +282,37 @@ def watch_codex(directory: Path | None, interval: float, once: bool, backfill: b
     watcher.run(interval, passes=1 if once else None)
 
 
+@click.command("doctor")
+@click.option("--agent", "agents", multiple=True, metavar="NAME",
+              help="Only this agent (claude-code, codex, opencode); repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+def doctor(agents: tuple[str, ...], as_json: bool) -> None:
+    """For each agent program found here (Claude Code, Codex, opencode): whether its
+    model can write todos, whether the harness sees them, and what to set if not.
+
+    Reads the agents' settings for this directory (nothing is changed, no agent is
+    started). Claude Code 2.1.233 and later give today's models no todo tools unless
+    CLAUDE_CODE_ENABLE_TODO_TOOLS=1; `harness hook claude-code install` sets it. Exit
+    status 1 when an agent found needs something done.
+    """
+    from harness.agents.doctor import CHECKS, diagnose, render
+    from harness.cli.common import emit_json
+
+    unknown = [a for a in agents if a not in CHECKS]
+    if unknown:
+        raise click.BadParameter(f"unknown agent {unknown[0]!r} (known: {', '.join(CHECKS)})",
+                                 param_hint="--agent")
+    findings = diagnose(Path.cwd(), list(agents) or None)
+    if as_json:
+        emit_json([f.as_json() for f in findings])
+    else:
+        click.echo(render(findings))
+    if not all(f.ok for f in findings):
+        raise click.exceptions.Exit(1)
+
+
 def register(cli: click.Group) -> None:
+    cli.add_command(doctor)
     cli.add_command(mcp_cmd)
     cli.add_command(hook_group)
     cli.add_command(watch_codex)
