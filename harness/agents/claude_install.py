@@ -5,24 +5,29 @@ Claude Code 2.1.233 and later offer their todo tools (``TodoWrite``, ``TaskCreat
 ``TaskUpdate``, ``TaskList``, ``TaskGet``) to the models people use today (Opus 4.8,
 Sonnet 5 and newer: its default model since) only with ``CLAUDE_CODE_ENABLE_TODO_TOOLS=1``;
 without it the model has no todo tool, and the hooks have nothing to copy. So, in the
-settings file the hooks go into:
+settings file the hooks go into, ``env.CLAUDE_CODE_ENABLE_TODO_TOOLS = "1"`` (Claude Code
+puts a settings file's ``env`` into its own environment, and its hooks'), unless
+``--no-todo-tools``. A value the user set is left as it is.
 
-* ``env.CLAUDE_CODE_ENABLE_TODO_TOOLS = "1"`` (Claude Code puts a settings file's ``env``
-  into its own environment, and its hooks'), unless ``--no-todo-tools``. A value the
-  user set is left as it is.
-* ``permissions.allow`` gains the harness MCP server's todo tools (``todowrite``,
-  ``todoread``, ``todo_update``), which only touch the todo list (Claude Code asks before
-  any MCP tool; for its own todo tools it never asks). Claude Code reads a project's
-  ``permissions`` once the workspace is trusted (its trust dialog).
-* ``enabledMcpjsonServers`` gains ``harness`` (project scope): the server below is then
-  started without a question.
+When the todo tools stay off (``--no-todo-tools``, or the user's own ``0``), or with
+``--mcp``, the model keeps its plan through the harness MCP server instead:
 
-and the harness MCP server is registered (:func:`mcp_plan`), in the project's
-``.mcp.json`` (``--project``) or the user's ``.claude.json`` (``--user``; in
-``$CLAUDE_CONFIG_DIR`` when set, else the home directory), as ``harness mcp --agent
-claude-code``: it writes as ``agent:claude-code`` to the session the hooks use. With the
-todo tools off, that server is how the model keeps its plan; the ``SessionStart`` hook
-tells it so (:func:`mcp_hint`).
+* the server is registered (:func:`mcp_servers_change`) in the project's ``.mcp.json``
+  (``--project``) or the user's ``.claude.json`` (``--user``; in ``$CLAUDE_CONFIG_DIR``
+  when set, else the home directory), as ``harness mcp --agent claude-code --tools
+  todowrite,todoread,todo_update``: it writes as ``agent:claude-code`` to the session the
+  hooks use, and serves only the todo tools (each served tool costs context on a Claude
+  Code that loads them up front: docs/PERFORMANCE.md);
+* ``permissions.allow`` gains those three tools, which only touch the todo list (Claude
+  Code asks before any MCP tool; for its own todo tools it never asks). Claude Code reads
+  a project's ``permissions`` once the workspace is trusted (its trust dialog);
+* ``enabledMcpjsonServers`` gains ``harness`` (project scope): the server is then started
+  without a question;
+* the ``SessionStart`` hook tells the model to use ``mcp__harness__todowrite``, and how to
+  load it through ``ToolSearch`` when Claude Code defers it (:func:`mcp_hint`).
+
+With the todo tools on, the server is not registered: on 2.1.197 its tools would cost
+every request their schemas, for a list the hooks already keep.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +46,8 @@ MCP_NAME = "harness"
 MCP_TODOWRITE = f"mcp__{MCP_NAME}__todowrite"
 # Its todo tools: they touch only the todo list, as Claude Code's own (which it never
 # asks for); the pipeline tools still ask.
-MCP_ALLOWED = (MCP_TODOWRITE, f"mcp__{MCP_NAME}__todoread", f"mcp__{MCP_NAME}__todo_update")
+MCP_TOOLS = ("todowrite", "todoread", "todo_update")
+MCP_ALLOWED = tuple(f"mcp__{MCP_NAME}__{t}" for t in MCP_TOOLS)
 # The first release whose todo tools are off on today's models unless switched on (its
 # changelog, anthropics/claude-code#80487).
 GATED_SINCE = (2, 1, 233)
@@ -48,32 +55,48 @@ WHY_ON = ("Claude Code 2.1.233 and later give today's models (Opus 4.8, Sonnet 5
           "newer) no todo tools without it, and then nothing reaches the store")
 
 
-def settings_changes(doc: dict[str, Any], *, scope: str, todo_tools: bool,
-                     where: str) -> tuple[list[str], list[str]]:
-    """Set in Claude Code's settings ``doc`` (in place) what the module doc lists; the
-    changes made and the notes for the user."""
+@dataclass
+class SettingsChange:
+    changes: list[str]  # what was set, as the installer says it
+    notes: list[str]
+    tools: str  # the todo tools now: "turned on", "already on", or why they stay off
+    wants_mcp: bool  # the harness MCP server is to be registered
+
+    @property
+    def tools_on(self) -> bool:
+        return self.tools in ("turned on", "already on")
+
+
+def settings_changes(doc: dict[str, Any], *, scope: str, todo_tools: bool, mcp: bool,
+                     where: str) -> SettingsChange:
+    """Set in Claude Code's settings ``doc`` (in place) what the module doc lists."""
     changes: list[str] = []
     notes: list[str] = []
     had = set(doc)  # what the user's file had: kept even when empty
     perms_had = isinstance(doc.get("permissions"), dict) and "allow" in doc["permissions"]
     env = _part(doc, "env", dict, where)
     have = env.get(TODO_TOOLS_ENV)
-    if todo_tools and have is None:
+    if have is not None and not switch_on(str(have)):
+        tools = f"{TODO_TOOLS_ENV} is {have!r} there"  # the user's word: kept
+    elif have is not None:
+        tools = "already on"
+        if not todo_tools:
+            notes.append(f"--no-todo-tools: {TODO_TOOLS_ENV} is already set in {where}; "
+                         "remove it there to turn the todo tools off")
+    elif todo_tools:
         env[TODO_TOOLS_ENV] = "1"
         changes.append(f"env.{TODO_TOOLS_ENV}=1")
-    elif have is not None and not switch_on(str(have)):
-        notes.append(f"{TODO_TOOLS_ENV} is {have!r} in {where}, which keeps the todo tools "
-                     "off; the model keeps its plan through the harness MCP server")
-    elif not todo_tools and have is not None:
-        notes.append(f"--no-todo-tools: {TODO_TOOLS_ENV} is already set in {where}; "
-                     "remove it there to turn the todo tools off")
+        tools = "turned on"
+    else:
+        tools = "--no-todo-tools"
+    wants_mcp = mcp or tools not in ("turned on", "already on")
     allow = _part(_part(doc, "permissions", dict, where), "allow", list,
                   where, "permissions.allow")
-    for tool in MCP_ALLOWED:
+    for tool in MCP_ALLOWED if wants_mcp else ():
         if tool not in allow and f"mcp__{MCP_NAME}" not in allow:
             allow.append(tool)
             changes.append(f"permissions.allow {tool}")
-    if scope == "project" and doc.get("enableAllProjectMcpServers") is not True:
+    if wants_mcp and scope == "project" and doc.get("enableAllProjectMcpServers") is not True:
         enabled = _part(doc, "enabledMcpjsonServers", list, where)
         if MCP_NAME not in enabled:
             enabled.append(MCP_NAME)
@@ -83,7 +106,7 @@ def settings_changes(doc: dict[str, Any], *, scope: str, todo_tools: bool,
     for key in ("env", "permissions", "enabledMcpjsonServers"):
         if key not in had and doc.get(key) in ({}, []):
             del doc[key]  # made for nothing: the file stays as it was
-    return changes, notes
+    return SettingsChange(changes, notes, tools, wants_mcp)
 
 
 def _part(doc: dict[str, Any], key: str, kind: type, where: str,
@@ -106,9 +129,11 @@ def mcp_config_path(scope: str, cwd: Path) -> Path:
 
 
 def mcp_server_entry(argv: list[str]) -> dict[str, Any]:
-    """The server as Claude Code starts it: this harness, ``mcp --agent claude-code``."""
+    """The server as Claude Code starts it: this harness, ``mcp --agent claude-code``,
+    serving the todo tools."""
     return {"type": "stdio", "command": argv[0],
-            "args": [*argv[1:], "mcp", "--agent", "claude-code"], "env": {}}
+            "args": [*argv[1:], "mcp", "--agent", "claude-code", "--tools", ",".join(MCP_TOOLS)],
+            "env": {}}
 
 
 def mcp_servers_change(doc: dict[str, Any], argv: list[str], *,

@@ -28,10 +28,13 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import InputError, UsageError
 from harness.paths import codex_home
+
+if TYPE_CHECKING:
+    from harness.agents.claude_install import SettingsChange
 
 # event -> matcher (None: the event takes none, or we want every occurrence)
 CLAUDE_EVENTS: dict[str, str | None] = {
@@ -63,6 +66,7 @@ class InstallPlan:
     notes: list[str] = field(default_factory=list)
     settings: list[str] = field(default_factory=list)  # other settings set
     action: str = "set"  # what gaining ``events`` is called
+    claude: SettingsChange | None = None  # Claude Code: its todo tools, the MCP server
 
     @property
     def changed(self) -> bool:
@@ -189,10 +193,12 @@ def _dumped(doc: dict[str, Any], before: str | None, changed: bool) -> str:
 
 
 def install(agent: str, *, scope: str = "project", cwd: Path, command: str | None = None,
-            path: Path | None = None, todo_tools: bool = True) -> InstallPlan:
+            path: Path | None = None, todo_tools: bool = True,
+            mcp: bool = False) -> InstallPlan:
     """What installing the hooks would make of the settings file (write it with
     :meth:`InstallPlan.write`); for Claude Code also its todo-tools switch (unless not
-    ``todo_tools``) and the harness MCP server's permissions."""
+    ``todo_tools``), and the harness MCP server's permissions where the server is wanted
+    (``plan.claude.wants_mcp``: the todo tools stay off, or ``mcp``)."""
     if agent not in AGENTS:
         raise UsageError(f"unknown agent {agent!r} (expected {', '.join(AGENTS)})")
     path = path or settings_path(agent, scope, cwd)
@@ -217,16 +223,18 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
         groups.append(group)
         added.append(event)
     notes = _narrow_matchers(hooks, agent)
-    settings: list[str] = []
+    claude = None
     if agent == "claude-code":
         from harness.agents.claude_install import settings_changes
 
-        settings, more = settings_changes(doc, scope=scope, todo_tools=todo_tools,
-                                          where=where)
-        notes += more
+        claude = settings_changes(doc, scope=scope, todo_tools=todo_tools, mcp=mcp,
+                                  where=where)
+        notes += claude.notes
+    settings = claude.changes if claude is not None else []
     return InstallPlan(path=path, before=before,
                        after=_dumped(doc, before, bool(added or settings)), events=added,
-                       notes=notes, settings=settings, action="added the harness hooks")
+                       notes=notes, settings=settings, action="added the harness hooks",
+                       claude=claude)
 
 
 def claude_mcp(*, scope: str, cwd: Path, command: str | None = None) -> InstallPlan:

@@ -162,15 +162,16 @@ def _install_options(fn):  # type: ignore[no-untyped-def]
 
 
 def _install(agent: str, scope: str, dry_run: bool, command: str | None,
-             codex: str | None = None, todo_tools: bool = True) -> None:
+             codex: str | None = None, todo_tools: bool = True, mcp: bool = False) -> None:
     from harness.agents.install import claude_mcp, codex_config, install
 
     cwd = Path.cwd()
-    hooks = install(agent, scope=scope, cwd=cwd, command=command, todo_tools=todo_tools)
+    hooks = install(agent, scope=scope, cwd=cwd, command=command, todo_tools=todo_tools,
+                    mcp=mcp)
     plans = [hooks]
     if agent == "codex":
         plans.append(codex_config(hooks, scope=scope, cwd=cwd, codex=codex))
-    else:
+    elif hooks.claude is not None and hooks.claude.wants_mcp:
         plans.append(claude_mcp(scope=scope, cwd=cwd, command=command))
     for plan in plans:
         if dry_run:
@@ -188,37 +189,38 @@ def _install(agent: str, scope: str, dry_run: bool, command: str | None,
     for line in hooks.notes:
         click.echo(f"note: {line}")
     if agent == "claude-code":
-        click.echo(_todo_tools_line(todo_tools, hooks, plans[1], dry_run))
+        click.echo(_todo_tools_line(hooks, plans[1] if len(plans) > 1 else None, dry_run))
     for plan in plans[1:]:  # what install could not do for the person
         for line in plan.notes:
             click.echo(f"{'still to do' if not dry_run else 'then still to do'}: {line}")
 
 
-def _todo_tools_line(todo_tools: bool, hooks: InstallPlan, mcp: InstallPlan,
-                     dry_run: bool) -> str:
+def _todo_tools_line(hooks: InstallPlan, mcp: InstallPlan | None, dry_run: bool) -> str:
     """The one line that says what was done about Claude Code's todo tools, and why."""
     from harness.agents.claude_install import MCP_TODOWRITE, TODO_TOOLS_ENV, WHY_ON
 
-    if todo_tools:
-        if f"env.{TODO_TOOLS_ENV}=1" not in hooks.settings:
-            how = "already on"
-        else:
-            how = "would turn on" if dry_run else "turned on"
-        return (f"todo tools: {how} ({TODO_TOOLS_ENV}=1 in {hooks.path}), because {WHY_ON}; "
-                f"--no-todo-tools leaves them off, and the model then keeps its plan with "
-                f"{MCP_TODOWRITE} (the harness MCP server, in {mcp.path}).")
-    return (f"todo tools: left off (--no-todo-tools): on today's models the model keeps its "
-            f"plan with {MCP_TODOWRITE} (the harness MCP server, in {mcp.path}), as the "
-            "SessionStart hook tells it.")
+    claude = hooks.claude
+    assert claude is not None
+    server = f" (the harness MCP server, in {mcp.path})" if mcp is not None else ""
+    if claude.tools_on:
+        how = "would turn on" if dry_run and claude.tools == "turned on" else claude.tools
+        return (f"todo tools: {how} ({TODO_TOOLS_ENV}=1 in {hooks.path}), because {WHY_ON}"
+                f"{'; ' + MCP_TODOWRITE + ' too' + server if mcp is not None else ''}. "
+                "--no-todo-tools leaves them off and registers the harness MCP server instead.")
+    return (f"todo tools: left off ({claude.tools}): on today's models the model keeps its "
+            f"plan with {MCP_TODOWRITE}{server}, as the SessionStart hook tells it.")
 
 
 @hook_claude_code.command("install")
 @_install_options
 @click.option("--no-todo-tools", "todo_tools", flag_value=False, default=True,
               help="Leave Claude Code's todo tools as they are (off on today's models): "
-                   "the model then keeps its plan through the harness MCP server.")
+                   "the model then keeps its plan through the harness MCP server, which is "
+                   "registered.")
+@click.option("--mcp", is_flag=True,
+              help="Register the harness MCP server even with the todo tools on.")
 def install_claude_code(scope: str, dry_run: bool, command: str | None,
-                        todo_tools: bool) -> None:
+                        todo_tools: bool, mcp: bool) -> None:
     """Merge the harness hooks into .claude/settings.json (--project, the default) or
     ~/.claude/settings.json (--user), and let the model write todos there.
 
@@ -230,7 +232,7 @@ def install_claude_code(scope: str, dry_run: bool, command: str | None,
     claude-code` in .mcp.json (--project) or the user's .claude.json (--user).
     Other hooks and settings are kept; running it again changes nothing; --dry-run
     shows the diff."""
-    _install("claude-code", scope, dry_run, command, todo_tools=todo_tools)
+    _install("claude-code", scope, dry_run, command, todo_tools=todo_tools, mcp=mcp)
 
 
 @hook_codex.command("install")

@@ -37,7 +37,7 @@ class ClaudeProject:
     """One project directory with Claude Code's hooks installed, and a harness store."""
 
     def __init__(self, tmp: Path, api: AnthropicServer, *, version: str | None = None,
-                 install: tuple[str, ...] = (), **env: str):
+                 install: tuple[str, ...] | None = (), **env: str):
         self.version = version or versions("claude-code")[0]
         self.claude = claude_code(self.version)
         self.root = tmp
@@ -60,10 +60,12 @@ class ClaudeProject:
                     "ANTHROPIC_MODEL"):
             if key not in env:
                 self.env.pop(key, None)
-        # The real installer, as a user runs it in the project.
-        installed = self.harness("hook", "claude-code", "install", *install)
-        assert "added the harness hooks" in installed.stdout, installed.stdout
-        self.installed = installed.stdout
+        # The real installer, as a user runs it in the project (None: no harness at all).
+        self.installed = ""
+        if install is not None:
+            done = self.harness("hook", "claude-code", "install", *install)
+            assert "added the harness hooks" in done.stdout, done.stdout
+            self.installed = done.stdout
 
     def trust(self) -> None:
         """What accepting Claude Code's trust dialog in the project once records (in
