@@ -31,6 +31,11 @@ and ``hook_event_name``):
   ``agent.context`` event in the session's history (``harness replay`` shows where the
   agent's memory was cut), and ``SessionStart`` answers with the list as
   ``hookSpecificOutput.additionalContext``, which Claude Code puts into the new context.
+  When Claude Code's todo tools may be off (no ``CLAUDE_CODE_ENABLE_TODO_TOOLS`` in the
+  hook's environment, which a settings file's ``env`` sets) and the harness MCP server is
+  registered, the answer first tells the model to keep its plan with
+  ``mcp__harness__todowrite``, loaded through ``ToolSearch`` when it is deferred
+  (:func:`harness.agents.claude_install.mcp_hint`).
 
 One harness session follows one piece of work across Claude's changing session ids
 (:func:`session_for`): ``--session``, else ``CLAUDE_CODE_TASK_LIST_ID``, else
@@ -57,8 +62,14 @@ from harness.agents.claude_tasks import (
     load_map,
     save_map,
     status_change,
+    task_labels,
 )
-from harness.agents.context_cuts import CONTEXT_EVENTS, context_event, notice_answer
+from harness.agents.context_cuts import (
+    CONTEXT_EVENTS,
+    agent_views,
+    context_event,
+    notice_answer,
+)
 from harness.context import Harness
 from harness.errors import InputError
 from harness.formats import ViewItem
@@ -125,7 +136,12 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         raise InputError(f"hook payload must be a JSON object, not {type(payload).__name__}")
     event = payload.get("hook_event_name")
     if event in CONTEXT_EVENTS:
-        return context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
+        hint = None
+        if event == "SessionStart":
+            from harness.agents.claude_install import mcp_hint
+
+            hint = mcp_hint(os.environ, project_dir(payload))
+        return context_event(harness, payload, actor=actor, tail=RESTORE_TAIL, hint=hint)
     if event == "TaskCreated":
         task_created(harness, payload, actor=actor)
         return None
@@ -139,12 +155,12 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         return None
     if event == "UserPromptSubmit":
         files_from_store(harness, payload, actor)
-        return notice_answer(harness, event, actor)
+        return told(harness, event, actor)
     if event != "PostToolUse":
         return None
     tool = payload.get("tool_name")
     if tool in LIST_TOOLS:
-        return notice_answer(harness, event, actor)
+        return told(harness, event, actor)
     if tool not in TODO_TOOLS:
         return None
     tool_input = payload.get("tool_input")
@@ -163,10 +179,16 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
                     payload.get("tool_response"), actor=actor, ref=ref)
     else:
         task_update(harness, sid, task_list(payload), tool_input, actor=actor, ref=ref)
-    return notice_answer(harness, event, actor)
+    return told(harness, event, actor)
 
 
 # -- people's changes, told (harness.agents.notice) -----------------------------------------
+
+def told(harness: Harness, event: str, actor: str) -> str | None:
+    """The notice as ``event``'s answer, each item named as Claude knows it: its task
+    ``#N``, or its place in the list of its last ``TodoWrite``."""
+    return notice_answer(harness, event, actor, task_labels(agent_views(harness), actor))
+
 
 def files_from_store(harness: Harness, payload: Mapping[str, Any], actor: str) -> None:
     """People's changes into the task files of this payload's list (when it has any)."""

@@ -11,6 +11,9 @@ command hook running ``harness hook AGENT`` (however it is spelt: a path, a
 ``HARNESS_SESSION=...`` prefix) is left as it is; the others get a group of their own
 appended. So installing twice changes nothing, and an older install gains the events it
 lacks. The file is written whole, beside itself and renamed into place.
+
+For Claude Code the same settings file also turns its todo tools on and lets the harness
+MCP server's todo tools run, and the server is registered (:mod:`harness.agents.claude_install`).
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import InputError, UsageError
 from harness.paths import codex_home
+
+if TYPE_CHECKING:
+    from harness.agents.claude_install import SettingsChange
 
 # event -> matcher (None: the event takes none, or we want every occurrence)
 CLAUDE_EVENTS: dict[str, str | None] = {
@@ -58,10 +64,13 @@ class InstallPlan:
     after: str
     events: list[str]  # the events that gain a harness hook
     notes: list[str] = field(default_factory=list)
+    settings: list[str] = field(default_factory=list)  # other settings set
+    action: str = "set"  # what gaining ``events`` is called
+    claude: SettingsChange | None = None  # Claude Code: its todo tools, the MCP server
 
     @property
     def changed(self) -> bool:
-        return bool(self.events)
+        return bool(self.events or self.settings)
 
     @property
     def diff(self) -> str:
@@ -99,19 +108,38 @@ def settings_path(agent: str, scope: str, cwd: Path) -> Path:
     return cwd / ".codex" / "hooks.json"
 
 
-def default_command(agent: str) -> str:
-    """How the agent should run this harness: ``harness`` when that is the one on PATH,
+def harness_argv() -> list[str]:
+    """How an agent should run this harness: ``harness`` when that is the one on PATH,
     else this harness by its full path (a virtualenv the agent's shell does not see)."""
     here = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     found = shutil.which("harness")
     if found and here is not None and Path(found).resolve() == here:
-        return f"harness hook {agent}"
+        return ["harness"]
     if here is not None and here.name == "harness" and here.is_file():
-        return f"{shlex.quote(str(here))} hook {agent}"
-    return f"{shlex.quote(sys.executable)} -m harness hook {agent}"
+        return [str(here)]
+    return [sys.executable, "-m", "harness"]
 
 
-def _ours(hook: Any, agent: str) -> bool:
+def default_command(agent: str) -> str:
+    return shlex.join([*harness_argv(), "hook", agent])
+
+
+def command_argv(command: str | None, agent: str) -> list[str]:
+    """This harness as the hooks' ``command`` runs it (``--command``'s words before
+    ``hook AGENT``; a shell prefix such as ``VAR=x`` is dropped), else :func:`harness_argv`."""
+    if command:
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = []
+        if words[-2:] == ["hook", agent]:
+            words = [w for w in words[:-2] if not re.match(r"^\w+=", w)]
+            if words:
+                return words
+    return harness_argv()
+
+
+def is_ours(hook: Any, agent: str) -> bool:
     return (isinstance(hook, dict) and isinstance(hook.get("command"), str)
             and re.search(rf"\bhook\s+{re.escape(agent)}\b", hook["command"]) is not None)
 
@@ -126,7 +154,7 @@ def _narrow_matchers(hooks: dict[str, Any], agent: str) -> list[str]:
             continue
         for group in hooks.get(event) or []:
             if not (isinstance(group, dict) and isinstance(group.get("hooks"), list)
-                    and any(_ours(h, agent) for h in group["hooks"])):
+                    and any(is_ours(h, agent) for h in group["hooks"])):
                 continue
             have = str(group.get("matcher") or "")
             missing = [t for t in matcher.split("|") if have and have != "*"
@@ -137,13 +165,8 @@ def _narrow_matchers(hooks: dict[str, Any], agent: str) -> list[str]:
     return notes
 
 
-def install(agent: str, *, scope: str = "project", cwd: Path, command: str | None = None,
-            path: Path | None = None) -> InstallPlan:
-    """What installing the hooks would make of the settings file (write it with
-    :meth:`InstallPlan.write`)."""
-    if agent not in AGENTS:
-        raise UsageError(f"unknown agent {agent!r} (expected {', '.join(AGENTS)})")
-    path = path or settings_path(agent, scope, cwd)
+def read_json(path: Path) -> tuple[str | None, dict[str, Any]]:
+    """A JSON settings file: its text (None: it does not exist) and its object."""
     where = str(path)
     try:
         before: str | None = path.read_text(encoding="utf-8")
@@ -162,6 +185,25 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
     if not isinstance(doc, dict):
         raise InputError(f"the settings are a {type(doc).__name__}, not a JSON object",
                          where=where)
+    return before, doc
+
+
+def _dumped(doc: dict[str, Any], before: str | None, changed: bool) -> str:
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if changed else (before or "")
+
+
+def install(agent: str, *, scope: str = "project", cwd: Path, command: str | None = None,
+            path: Path | None = None, todo_tools: bool = True,
+            mcp: bool = False) -> InstallPlan:
+    """What installing the hooks would make of the settings file (write it with
+    :meth:`InstallPlan.write`); for Claude Code also its todo-tools switch (unless not
+    ``todo_tools``), and the harness MCP server's permissions where the server is wanted
+    (``plan.claude.wants_mcp``: the todo tools stay off, or ``mcp``)."""
+    if agent not in AGENTS:
+        raise UsageError(f"unknown agent {agent!r} (expected {', '.join(AGENTS)})")
+    path = path or settings_path(agent, scope, cwd)
+    where = str(path)
+    before, doc = read_json(path)
     hooks = doc.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise InputError("`hooks` is not an object", where=where)
@@ -174,18 +216,40 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
         if not isinstance(groups, list):
             raise InputError(f"`hooks.{event}` is not a list", where=where)
         if any(isinstance(g, dict) and isinstance(g.get("hooks"), list)
-               and any(_ours(h, agent) for h in g["hooks"]) for g in groups):
+               and any(is_ours(h, agent) for h in g["hooks"]) for g in groups):
             continue
         group: dict[str, Any] = {"matcher": matcher} if matcher else {}
         group["hooks"] = [{"type": "command", "command": cmd}]
         groups.append(group)
         added.append(event)
-    after = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if added else (before or "")
     notes = _narrow_matchers(hooks, agent)
-    return InstallPlan(path=path, before=before, after=after, events=added, notes=notes)
+    claude = None
+    if agent == "claude-code":
+        from harness.agents.claude_install import settings_changes
+
+        claude = settings_changes(doc, scope=scope, todo_tools=todo_tools, mcp=mcp,
+                                  where=where)
+        notes += claude.notes
+    settings = claude.changes if claude is not None else []
+    return InstallPlan(path=path, before=before,
+                       after=_dumped(doc, before, bool(added or settings)), events=added,
+                       notes=notes, settings=settings, action="added the harness hooks",
+                       claude=claude)
 
 
-def _ours_keys(hooks_text: str, agent: str) -> set[str]:
+def claude_mcp(*, scope: str, cwd: Path, command: str | None = None) -> InstallPlan:
+    """The harness MCP server registered where Claude Code reads MCP servers
+    (:func:`harness.agents.claude_install.mcp_config_path`)."""
+    from harness.agents.claude_install import mcp_config_path, mcp_servers_change
+
+    path = mcp_config_path(scope, cwd)
+    before, doc = read_json(path)
+    changes = mcp_servers_change(doc, command_argv(command, "claude-code"), where=str(path))
+    return InstallPlan(path=path, before=before, after=_dumped(doc, before, bool(changes)),
+                       events=changes, action="registered the harness MCP server")
+
+
+def ours_keys(hooks_text: str, agent: str) -> set[str]:
     """Codex's relative keys (``post_tool_use:0:0``) of our hooks in a hooks file."""
     doc = json.loads(hooks_text) if hooks_text.strip() else {}
     keys = set()
@@ -194,7 +258,7 @@ def _ours_keys(hooks_text: str, agent: str) -> set[str]:
         for gi, group in enumerate(groups if isinstance(groups, list) else []):
             hooks = group.get("hooks") if isinstance(group, dict) else None
             for hi, hook in enumerate(hooks if isinstance(hooks, list) else []):
-                if _ours(hook, agent):
+                if is_ours(hook, agent):
                     keys.add(f"{snake}:{gi}:{hi}")
     return keys
 
@@ -227,7 +291,7 @@ def codex_config(hooks: InstallPlan, *, scope: str, cwd: Path,
             hashes = {}
             notes.append(f"could not ask Codex for the hooks' hashes ({exc}); trust them "
                          "in Codex (/hooks)")
-        mine = _ours_keys(hooks.after, "codex")
+        mine = ours_keys(hooks.after, "codex")
         if hashes and not mine <= set(hashes):
             notes.append(f"{program} did not list every harness hook; trust them in Codex "
                          "(/hooks)")
