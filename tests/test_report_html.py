@@ -114,8 +114,13 @@ def test_the_report_in_chromium_offline(tmp_path: Path, db_path: Path) -> None:
             assert "Blocked (1)" in text and "FAILED" in text
             assert "1.42x" in text  # the served table
             assert "loss by step" in page.inner_html("div.chart")
+            # HARNESS_REPORT_SCREENSHOT=docs/report.png keeps the pictures (and
+            # docs/report-charts.png, the training's charts alone)
             shot = Path(os.environ.get("HARNESS_REPORT_SCREENSHOT") or tmp_path / "report.png")
-            page.screenshot(path=str(shot), full_page=True)
-            assert shot.stat().st_size > 50_000
+            page.set_viewport_size({"width": 1400, "height": 1750})
+            page.screenshot(path=str(shot))
+            charts_shot = shot.with_name(f"{shot.stem}-charts.png")
+            page.locator("div.charts").first.screenshot(path=str(charts_shot))
+            assert shot.stat().st_size > 50_000 and charts_shot.stat().st_size > 20_000
         finally:
             browser.close()

@@ -10,6 +10,7 @@ from typing import Any
 from harness.charts.model import Chart
 
 WIDTH, HEIGHT = 640, 300
+MAX_X_LABELS = 12
 _SCRIPT = re.compile(r"<script\b[^>]*>.*?</script>", re.S)
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 
@@ -35,8 +36,7 @@ def svg(chart: Chart, width: int = WIDTH, height: int = HEIGHT) -> str:
         title=chart.title, x_title=chart.axis,
         show_legend=len(chart.lines) > 1 or any(line.has_spread for line in chart.lines),
         legend_at_bottom=True, legend_at_bottom_columns=3, truncate_legend=40,
-        print_values=False, explicit_size=True, dots_size=2.5, min_scale=4, max_scale=6,
-        show_minor_x_labels=False)
+        print_values=False, explicit_size=True, dots_size=2.5, min_scale=4, max_scale=6)
     if chart.categorical:
         out: Any = pygal.Bar(**common)
         out.x_labels = list(chart.categories)
@@ -60,6 +60,9 @@ def svg(chart: Chart, width: int = WIDTH, height: int = HEIGHT) -> str:
     else:
         many = max(len(line.xs) for line in chart.lines) > 40
         out = pygal.XY(**common, show_dots=not many)
+        xs = sorted({float(x) for line in chart.lines for x in line.xs})
+        if len(xs) <= MAX_X_LABELS and all(x == int(x) for x in xs):
+            out.x_labels = [int(x) for x in xs]  # positions, epochs: whole numbers only
         for line in chart.lines:
             out.add(line.name, [(float(x), y) for x, y in zip(line.xs, line.ys, strict=True)
                                 if y is not None])
