@@ -1,16 +1,21 @@
-"""Make docs/report.png and docs/report-charts.png: `harness report --html` of a store's
-session, drawn by Debian's Chromium (through Playwright, a dev dependency).
+"""Make docs/report.png, docs/report-charts.png and docs/plot.png: `harness report --html`
+and `harness plot` of a store's session, drawn by Debian's Chromium (through Playwright, a
+dev dependency).
 
     python scripts/report_screenshot.py [--db PATH] [--session NAME] [--out docs/report.png]
 
 The pictures in docs/ are of the README's main job (`harness run examples/eagle3-tiny.yaml`,
-session `default` of its store): the whole page, and the train stage's charts alone
-(report-charts.png, the README's picture).
+session `default` of its store): the report's first screen, the train stage's charts alone
+(report-charts.png, the README's picture), and `harness plot train loss heldout_acc` in a
+100-column terminal (plot.png).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,9 +50,32 @@ def main() -> None:
                 heading = page.locator(f"h3[id^=charts-]:has-text(' {args.stage} r')")
                 heading.first.locator("xpath=following-sibling::div[1]").screenshot(
                     path=str(args.out.with_name(f"{args.out.stem}-charts.png")))
+                plot_png(page, where, args, Path(tmp))
             finally:
                 browser.close()
     print(args.out)
+
+
+def plot_png(page: object, where: list[str], args: argparse.Namespace, tmp: Path) -> None:
+    """`harness plot`, in colour, as a terminal shows it (Rich draws the terminal)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    out = subprocess.run([sys.executable, "-m", "harness", *where, "--session", args.session,
+                          "plot", args.stage, "loss", "heldout_acc", "--color", "--width",
+                          "100", "--height", "16"], check=True, capture_output=True,
+                         text=True).stdout
+    console = Console(record=True, width=100, file=open(os.devnull, "w"),  # noqa: SIM115
+                      force_terminal=True, color_system="256")
+    console.print(Text.from_ansi(f"$ harness plot {args.stage} loss heldout_acc\n" + out))
+    svg = tmp / "plot.svg"
+    text = console.export_svg(title="harness plot")
+    svg.write_text(text)
+    width, height = (math.ceil(float(x)) for x in re.findall(
+        r'viewBox="0 0 ([\d.]+) ([\d.]+)"', text)[0])
+    page.set_viewport_size({"width": width, "height": height})  # type: ignore[attr-defined]
+    page.goto(svg.as_uri())  # type: ignore[attr-defined]
+    page.screenshot(path=str(args.out.with_name("plot.png")))  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

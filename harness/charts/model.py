@@ -174,11 +174,16 @@ class SeriesSummary:
     last: float | None
     low: float | None
     high: float | None
+    line: Line  # its points: one per x (the last recorded there), in order of x
 
     def to_json(self) -> dict[str, Any]:
+        """With every point: ``[x, y]``, or ``[x, y, min, max]`` with a spread."""
+        ln = self.line
         return {"metric": self.metric, "axis": self.axis, "labels": dict(self.labels),
-                "points": self.points, "first_x": self.first_x, "last_x": self.last_x,
-                "last": self.last, "min": self.low, "max": self.high}
+                "count": self.points, "first_x": self.first_x, "last_x": self.last_x,
+                "last": self.last, "min": self.low, "max": self.high,
+                "points": [[x, y] if lo is None and hi is None else [x, y, lo, hi]
+                           for x, y, lo, hi in zip(ln.xs, ln.ys, ln.lo, ln.hi, strict=True)]}
 
 
 def summaries(points: Iterable[SeriesPoint]) -> list[SeriesSummary]:
@@ -194,7 +199,8 @@ def summaries(points: Iterable[SeriesPoint]) -> list[SeriesSummary]:
         out.append(SeriesSummary(metric=pts[0].metric, axis=pts[0].axis,
                                  labels=pts[0].labels, points=len(line.xs),
                                  first_x=line.xs[0], last_x=line.xs[-1], last=line.last,
-                                 low=min(ys) if ys else None, high=max(ys) if ys else None))
+                                 low=min(ys) if ys else None, high=max(ys) if ys else None,
+                                 line=line))
     return out
 
 

@@ -83,17 +83,9 @@ def metrics(todo_id: str | None, as_json: bool) -> None:
 
 def _run_json(h: Any, target: Target) -> dict[str, Any]:
     points = h.store.series([target.run.id])
-    series = []
-    for s in summaries(points):
-        entry = s.to_json()
-        mine = [p for p in points if p.metric == s.metric and p.labels == s.labels]
-        entry["points"] = [[p.x, p.y] if p.lo is None and p.hi is None
-                           else [p.x, p.y, p.lo, p.hi] for p in mine]
-        entry["count"] = s.points
-        series.append(entry)
     return {"session": target.session, "todo": target.todo.id if target.todo else None,
             "stage": target.run.stage, "run": f"r{target.run.id}",
-            "state": target.run.state, "series": series}
+            "state": target.run.state, "series": [s.to_json() for s in summaries(points)]}
 
 
 def _colour(choice: bool | None) -> bool:
