@@ -69,6 +69,7 @@ def test_the_report_is_one_self_contained_page(tmp_path: Path, db_path: Path) ->
     assert "Train the EAGLE-3 drafter (3 TTT steps, 5 epochs)" in html
 
 
+@pytest.mark.slow
 def test_the_report_in_chromium_offline(tmp_path: Path, db_path: Path) -> None:
     _need_browser()
     from playwright.sync_api import sync_playwright
