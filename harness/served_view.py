@@ -18,7 +18,8 @@ from typing import Any
 from pipeline.served_gates import measured_levels, tau_gap
 from state.fold import VerificationState
 
-__all__ = ["Comparison", "comparisons", "served_rows_for", "speed_figures"]
+__all__ = ["Comparison", "comparisons", "served_rows_for", "speed_figures",
+           "verification_figures"]
 
 SERVED_KIND = "eagle3.benchmark"
 OFFLINE_KIND = "eagle3.verify"
@@ -45,6 +46,19 @@ def speed_figures(m: Mapping[str, Any]) -> list[str]:
         return [f"≤{bound:.2f}x ref"]
     proj = _num(m.get("projected_speedup"))
     return [f"{proj:.2f}x proj"] if proj is not None else []
+
+
+def verification_figures(metrics: Mapping[str, Any]) -> str:
+    """``τ 1.87  1.42x served c=1``: the mean acceptance length, and the speed in words
+    that say whose it is: served by the engine (a benchmark), or the verify stage's
+    reference-loop bound (``≤2.17x ref``) or projection (``2.34x proj``)."""
+    parts = []
+    tau = _num(metrics.get("tau"))
+    tau = tau if tau is not None else _num(metrics.get("acceptance_length"))
+    if tau is not None:
+        parts.append(f"τ {tau:.2f}")
+    parts += speed_figures(metrics)
+    return "  ".join(parts)
 
 
 def _pos(x: Any) -> str:

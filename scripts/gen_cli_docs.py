@@ -30,6 +30,16 @@ def walk(cmd: click.Command, path: list[str]) -> list[tuple[list[str], click.Com
     return found
 
 
+# Pictures shown under a command's help (made by scripts/report_screenshot.py from the
+# README's main job).
+PICTURES = {
+    "harness plot": ("`harness plot train loss heldout_acc` after the README's main job",
+                     "plot.png"),
+    "harness report": ("`harness report --html` of the README's main job, in Chromium",
+                       "report.png"),
+}
+
+
 def render() -> str:
     parts = ["# Command reference", "",
              "Generated from `harness --help` by `scripts/gen_cli_docs.py`; do not edit by hand.",
@@ -38,6 +48,9 @@ def render() -> str:
         name = " ".join(path)
         ctx = click.Context(cmd, info_name=name, terminal_width=100)
         parts += [f"## `{name}`", "", "```text", cmd.get_help(ctx).rstrip(), "```", ""]
+        if name in PICTURES:
+            alt, path = PICTURES[name]
+            parts += [f"![{alt}]({path})", ""]
     return "\n".join(parts)
 
 

@@ -54,6 +54,12 @@ def _import_sources(conn: Connection) -> None:
     models.ImportRow.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
 
 
+@migration("004_run_series")
+def _run_series(conn: Connection) -> None:
+    """The points of the series jobs record (``@series`` lines), kept beside their logs."""
+    models.RunSeriesRow.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+
+
 # The light copy that opening a store checks against (state/versions.py) must agree.
 assert tuple(name for name, _ in MIGRATIONS) == MIGRATION_NAMES, "update state/versions.py"
 

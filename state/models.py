@@ -5,7 +5,8 @@
 ``snapshots`` make "state at event N" a seek. ``imports`` remembers which transcript
 items were imported, so importing a file twice adds nothing. ``agent_views`` keep each agent's last
 written list, the base of the three-way merge of its next write. ``run_logs`` holds job
-output by byte offset; logs are data, not events.
+output by byte offset; logs are data, not events. ``run_series`` holds the points a job
+recorded (``@series`` lines in its log, by the byte offset of the line): data too.
 
 JSON columns are TEXT so that SQLite and PostgreSQL hold identical bytes (``db copy``).
 Byte counts (a log offset, an artifact's size) are BIGINT: PostgreSQL's INTEGER stops at
@@ -15,7 +16,7 @@ Timestamps are ISO-8601 UTC strings with microseconds and a ``Z``: they sort as 
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Float, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -109,6 +110,28 @@ class RunLogRow(SQLModel, table=True):
     data: str = Field(sa_column=Column(Text, nullable=False))
 
 
+class RunSeriesRow(SQLModel, table=True):
+    """One point of a series a job recorded: ``metric`` over ``axis`` at ``x``, keyed by
+    the byte offset of its line in the run's log (``start``, as in ``run_logs``), so
+    reading the same bytes twice adds nothing. ``x`` is JSON text (a number, or a name
+    such as a checkpoint's); ``labels`` a JSON object that tells the lines of one metric
+    apart (``{"position": 1}``); ``lo``/``hi`` the spread of the trials behind ``y``, when
+    there were several. ``y`` is NULL for a value that is not a finite number (a NaN
+    loss)."""
+
+    __tablename__ = "run_series"
+    run_id: int = Field(foreign_key="runs.id", primary_key=True)
+    start: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    metric: str
+    axis: str
+    x: str = Field(sa_column=Column(Text, nullable=False))
+    y: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    labels: str = Field(default="{}", sa_column=Column(Text, nullable=False))
+    lo: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    hi: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    ts: str
+
+
 class VerificationRow(SQLModel, table=True):
     __tablename__ = "verifications"
     __table_args__ = (Index("ix_verifications_session_todo", "session_id", "todo_id"),)
@@ -172,5 +195,5 @@ class ImportRow(SQLModel, table=True):
 
 ALL_TABLES = [
     Migration, Meta, SessionRow, EventRow, TodoRow, RunRow, RunLogRow, VerificationRow,
-    ArtifactRow, SnapshotRow, AgentViewRow, ImportRow,
+    ArtifactRow, SnapshotRow, AgentViewRow, ImportRow, RunSeriesRow,
 ]

@@ -24,6 +24,7 @@ from state.fold import (
     VerificationState,
     apply,
 )
+from state.series import SERIES_COLS, SeriesPoint, point_from_row
 from state.sql import (
     ARTIFACT_COLS,
     EVENT_COLS,
@@ -239,6 +240,22 @@ class Readers:
         row = self._first("SELECT start, data FROM run_logs WHERE run_id = ? "
                           "ORDER BY start DESC LIMIT 1", (run_id,))
         return row[0] + len(row[1].encode()) if row is not None else 0
+
+    def series(self, run_ids: Sequence[int], *, after: int = -1) -> list[SeriesPoint]:
+        """The points the runs recorded, run by run, each in the order its lines came;
+        ``after``: only those whose line starts past that byte (a live chart's news)."""
+        if not run_ids:
+            return []
+        marks = ", ".join("?" for _ in run_ids)
+        return [point_from_row(r) for r in self._all(
+            f"SELECT {SERIES_COLS} FROM run_series WHERE run_id IN ({marks}) AND start > ? "
+            "ORDER BY run_id, start", [*run_ids, after])]
+
+    def series_runs(self, session_id: int) -> dict[int, int]:
+        """Run id -> how many points it recorded, for the session's runs that have any."""
+        return {r[0]: r[1] for r in self._all(
+            "SELECT s.run_id, COUNT(*) FROM run_series s JOIN runs r ON r.id = s.run_id "
+            "WHERE r.session_id = ? GROUP BY s.run_id", (session_id,))}
 
     def verifications(self, session_id: int | None = None, *,
                       todo_id: int | None = None) -> list[VerificationState]:

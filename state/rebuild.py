@@ -40,6 +40,7 @@ _SQL = {
     "delete_snapshots": "DELETE FROM snapshots WHERE session_id = ?",
     "run_ids": "SELECT id FROM runs WHERE session_id = ?",
     "delete_run_logs": "DELETE FROM run_logs WHERE run_id = ?",
+    "delete_run_series": "DELETE FROM run_series WHERE run_id = ?",
     "delete_run": "DELETE FROM runs WHERE id = ?",
 }
 
@@ -167,7 +168,7 @@ def _rewrite(store: Store, cur: Any, q: dict[str, str], sid: int, state: Session
     sq = store._q
     cur.execute(q["delete_todos"], (sid,))
     cur.executemany(sq["insert_todo"], [[sid, *todo_values(t)] for t in state.todos.values()])
-    # Runs are updated in place: run_logs points at them.
+    # Runs are updated in place: run_logs and run_series point at them.
     cur.execute(q["run_ids"], (sid,))
     existing = {r[0] for r in cur.fetchall()}
     for rid, run in state.runs.items():
@@ -177,6 +178,7 @@ def _rewrite(store: Store, cur: Any, q: dict[str, str], sid: int, state: Session
             cur.execute(sq["insert_run"], [sid, *run_values(run)])
     for rid in existing - set(state.runs):
         cur.execute(q["delete_run_logs"], (rid,))
+        cur.execute(q["delete_run_series"], (rid,))
         cur.execute(q["delete_run"], (rid,))
     cur.execute(q["delete_verifications"], (sid,))
     cur.executemany(sq["insert_verification"],

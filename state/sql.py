@@ -77,6 +77,9 @@ SQL: dict[str, str] = {
     # A second watcher re-reading the same bytes must not fail the write.
     "insert_log": "INSERT INTO run_logs (run_id, start, data) VALUES (?, ?, ?) "
                   "ON CONFLICT (run_id, start) DO NOTHING",
+    "insert_point": "INSERT INTO run_series (run_id, start, metric, axis, x, y, labels, lo, hi, "
+                    "ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (run_id, start) DO NOTHING",
     "update_session_pipeline": "UPDATE sessions SET pipeline = ? WHERE id = ?",
     "upsert_meta": "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
                    "SET value = excluded.value",

@@ -30,6 +30,7 @@ from state.fold import (
     VerificationState,
     apply,
 )
+from state.series import SeriesPoint, point_values
 from state.sql import (
     MULTI_ROW_MAX,
     artifact_values,
@@ -80,6 +81,7 @@ class Tx:
         self._new_ids: dict[str, int] = {}
         self._runs_loaded = False
         self._logs: list[tuple[int, int, str]] = []
+        self._points: list[tuple[Any, ...]] = []
         self._existing_todos: set[int] = set()
         self._existing_runs: set[int] = set()
         self._snapshots: list[tuple[int, int, int, str]] = []
@@ -288,6 +290,11 @@ class Tx:
         """
         self._logs.append((run_id, offset, data.replace("\x00", "\x1a")))
 
+    def append_points(self, points: Sequence[SeriesPoint]) -> None:
+        """Points of a job's series (:mod:`state.series`): data like its log, no event.
+        Written at flush; a point already stored (same run and line) is left alone."""
+        self._points.extend(point_values(p) for p in points)
+
     def set_session_pipeline(self, pipeline: str, spec_path: str | None = None) -> None:
         """Name the session's pipeline (and remember its spec file, for `run_stage`)."""
         self._wrote = True
@@ -328,6 +335,8 @@ class Tx:
             self._flush_events()
         if self._logs:
             cur.executemany(q["insert_log"], self._logs)
+        if self._points:
+            cur.executemany(q["insert_point"], self._points)
         for actor, (text_, ts) in self._view_writes.items():
             cur.execute(q["upsert_view"], (self.session_id, actor, text_, ts))
         if self._snapshots:
@@ -335,7 +344,7 @@ class Tx:
         if self._sources:
             cur.executemany(q["insert_source"], self._sources)
         notify = self.store._notify
-        if notify and (self.events or self._logs or self._wrote):
+        if notify and (self.events or self._logs or self._points or self._wrote):
             cur.execute(notify, (str(self._seq),))
 
     def flush(self) -> None:
@@ -349,6 +358,7 @@ class Tx:
         self._payloads = []
         self._touched = {}
         self._logs = []
+        self._points = []
         self._snapshots = []
         self._sources = []
         self._view_writes = {}

@@ -24,7 +24,8 @@ from tests import import_probe
 from tests.conftest import ROOT
 
 HEAVY = {"sqlalchemy", "sqlmodel", "pydantic", "pydantic_core", "paramiko", "fabric",
-         "invoke", "yaml", "textual", "rich", "mcp", "anyio", "jsonschema", "psycopg"}
+         "invoke", "yaml", "textual", "rich", "mcp", "anyio", "jsonschema", "psycopg",
+         "plotext", "pygal"}
 CASES: dict[str, list[str]] = {
     "--help": ["--help"], "--version": ["--version"], "list": ["list"],
     "list-json": ["list", "--json", "--status", "pending"], "show": ["show", "t1"],
@@ -36,7 +37,8 @@ CASES: dict[str, list[str]] = {
     "log-json": ["log", "--json"], "session-list": ["session", "list"],
     "session-new": ["session", "new", "other", "--no-use"],
     "session-use": ["session", "use", "bench"], "where": ["where"], "next": ["next"],
-    "show-help": ["show", "--help"],
+    "show-help": ["show", "--help"], "metrics": ["metrics"],
+    "metrics-json": ["metrics", "--json"],
 }
 
 

@@ -17,6 +17,7 @@ from state import tx as tx_mod
 from state.connection import normalize_url
 from state.copy import tables
 from state.fold import SessionState, apply
+from state.series import SeriesPoint
 from state.store import Store
 from tests.conftest import run_cli
 
@@ -37,6 +38,14 @@ def fill(store: Store) -> None:
                       result={"tau": 1.17, "ok": False, "nested": {"k": [1, 2.5, None]}})
         tx.append_log(run.id, 0, "step 1\n")
         tx.append_log(run.id, 7, "step 2 \x00 with a NUL\n")
+        tx.append_points([  # a loss of 1/3, a NaN (stored as NULL), a named x and a spread
+            SeriesPoint(run_id=run.id, start=0, metric="loss", axis="step", x=1, y=1 / 3,
+                        ts="2026-12-01T00:00:00.000000Z"),
+            SeriesPoint(run_id=run.id, start=7, metric="loss", axis="step", x=2,
+                        y=float("nan"), ts="2026-12-01T00:00:01.000000Z"),
+            SeriesPoint(run_id=run.id, start=30, metric="tau", axis="checkpoint",
+                        x="epoch-001 ✓", y=3.1, labels={"position": 1, "k": "v"}, lo=2.9,
+                        hi=3.25, ts="2026-12-01T00:00:02.000000Z")])
         tx.record_verification(todo_id=a.num, run_id=run.id, kind="checkpoint", passed=False,
                                verdict="d2t missing", checks=[{"name": "d2t", "ok": False}],
                                metrics={"acceptance": 0.15}, gate={"min": 2.0})
@@ -86,7 +95,8 @@ def test_sqlite_to_postgres_to_sqlite_is_lossless(tmp_path: Path, pg_url: str,
         fill(s)
     before = raw_rows(first)
     assert all(before[t] for t in ("events", "todos", "runs", "run_logs", "verifications",
-                                   "artifacts", "snapshots", "agent_views", "migrations"))
+                                   "artifacts", "snapshots", "agent_views", "migrations",
+                                   "run_series"))
 
     r = run_cli(["db", "copy", "--from", str(first), "--to", pg_url, "--json"])
     assert r.code == 0, r.err

@@ -89,7 +89,9 @@ def test_runner_killed_re_attaches_by_job_id_and_never_submits_twice(
         "cluster": {"scheduler": "slurm", "workdir": str(work), "scheduler_poll": 0.5}},
         defaults={"host": "cluster"}, stages=[
         {"name": "long", "run": "echo launch >> launches; for i in 1 2 3 4 5 6; do "
-                                "echo tick $i; sleep 0.5; done; echo finished"},
+                                "echo tick $i; echo \"$POINT\" | sed s/X/$i/g; sleep 0.5; "
+                                "done; echo finished",
+         "env": {"POINT": '@series {"metric": "tick", "x": X, "y": X}'}},
         {"name": "after", "needs": ["long"], "run": "echo after"}])
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_DB": str(db_path)}
     first = subprocess.Popen([*RUN_CLI, str(spec)], env=env, stdout=subprocess.PIPE,
@@ -107,7 +109,10 @@ def test_runner_killed_re_attaches_by_job_id_and_never_submits_twice(
     assert (work / "launches").read_text() == "launch\n"  # submitted once, run once
     _sid, run = store.run(1)
     assert (run.state, run.exit_code) == ("succeeded", 0)
-    assert store.log(1)[0] == "".join(f"tick {i}\n" for i in range(1, 7)) + "finished\n"
+    assert store.log(1)[0] == "".join(f'tick {i}\n@series {{"metric": "tick", "x": {i}, '
+                                      f'"y": {i}}}\n' for i in range(1, 7)) + "finished\n"
+    # its series too: each point once, those read before the kill and those after
+    assert [(p.x, p.y) for p in store.series([1])] == [(i, float(i)) for i in range(1, 7)]
     key = run.job["key"]
     assert slurm.jobcomp.read_text().count(f" Name={key} ") == 1
     assert [r.stage for r in store.runs()] == ["long", "after"]

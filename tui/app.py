@@ -19,17 +19,20 @@ from textual.screen import Screen
 from textual.worker import get_current_worker
 
 from state.store import Store
-from tui.keys import APP_KEYS, BOARD_KEYS, REPLAY_KEYS, KeyAction, bindings
+from tui.keys import APP_KEYS, BOARD_KEYS, CHART_KEYS, REPLAY_KEYS, KeyAction, bindings
 from tui.messages import (
     BoardRefreshed,
+    ChartsLoaded,
     DetailRefreshed,
     LogTailed,
     ReplayLoaded,
+    SeriesTailed,
     Settled,
     StoreProblem,
     WriteDone,
 )
 from tui.screens.board import BoardScreen
+from tui.screens.charts import ChartScreen
 from tui.screens.help import HelpScreen
 from tui.screens.replay import ReplayScreen
 from tui.store_io import Job, StoreIO
@@ -64,6 +67,7 @@ class HarnessApp(App[None]):
         self.io = StoreIO(store, session_id, self.post_message, interval=interval)
         self.board_screen = BoardScreen()
         self.replay_screen: ReplayScreen | None = None
+        self.chart_screen: ChartScreen | None = None
         self.last_refresh_poll = 0  # the store thread's poll that found the last change
         self._open_in_replay = replay
         self._user_keymap = dict(keymap or {})
@@ -106,6 +110,15 @@ class HarnessApp(App[None]):
             self.replay_screen = None
             self.pop_screen()
 
+    def show_charts(self, num: int) -> None:
+        """Every chart of todo ``num``, its runs overlaid (the store thread reads them)."""
+        self.chart_screen = ChartScreen(num)
+        self.push_screen(self.chart_screen, lambda _=None: self._charts_closed())
+        self.io.charts(num)
+
+    def _charts_closed(self) -> None:
+        self.chart_screen = None
+
     def show_help(self, actions: tuple[KeyAction, ...], title: str) -> None:
         keys = {a.id: a.keys for a in actions}
         keys.update(self._user_keymap)
@@ -134,6 +147,16 @@ class HarnessApp(App[None]):
 
     def on_log_tailed(self, message: LogTailed) -> None:
         self.board_screen.show_log(message.update)
+
+    def on_series_tailed(self, message: SeriesTailed) -> None:
+        self.board_screen.show_series(message.update)
+        if self.chart_screen is not None:
+            self.chart_screen.add_points(message.update)
+
+    def on_charts_loaded(self, message: ChartsLoaded) -> None:
+        if self.chart_screen is not None and message.view.todo is not None \
+                and message.view.todo.num == self.chart_screen.num:
+            self.chart_screen.show(message.view)
 
     def on_replay_loaded(self, message: ReplayLoaded) -> None:
         if self.replay_screen is not None:
@@ -165,6 +188,8 @@ class HarnessApp(App[None]):
         yield from super().get_system_commands(screen)
         if isinstance(screen, ReplayScreen):
             actions = REPLAY_KEYS
+        elif isinstance(screen, ChartScreen):
+            actions = CHART_KEYS
         elif isinstance(screen, BoardScreen):
             actions = BOARD_KEYS
         else:

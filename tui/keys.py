@@ -66,6 +66,8 @@ BOARD_KEYS: tuple[KeyAction, ...] = (
     KeyAction("todo.edit", "e", "edit", "Edit", "Edit the selected todo's text"),
     KeyAction("todo.note", "n", "note", "Note", "Add a note to the selected todo"),
     KeyAction("view.replay", "r", "replay", "Replay", "Replay this session, event by event"),
+    KeyAction("view.charts", "c", "charts", "Charts",
+              "Every chart of the selected todo, its runs overlaid (live while it runs)"),
     KeyAction("view.detail", "1", "tab('detail')", "Detail", "Show the detail tab", show=False),
     KeyAction("view.log", "2", "tab('log')", "Log", "Show the live log tab", show=False),
     KeyAction("view.verification", "3", "tab('verification')", "Verification",
@@ -98,6 +100,12 @@ REPLAY_KEYS: tuple[KeyAction, ...] = (
               "Show or hide the runner's own events in the history", show=False),
 )
 
+CHART_KEYS: tuple[KeyAction, ...] = (
+    HELP,
+    QUIT,
+    KeyAction("charts.close", "escape,c", "close", "Board", "Back to the board"),
+)
+
 APP_KEYS: tuple[KeyAction, ...] = (
     KeyAction("app.quit", "q", "quit", "Quit", "Quit the TUI", show=False),
 )
@@ -112,7 +120,7 @@ MOVEMENT_KEYS: tuple[tuple[str, str], ...] = (
     ("tab  shift+tab", "Focus the next or previous pane (board, detail tabs, lists)"),
 )
 
-ALL_KEYS: tuple[KeyAction, ...] = (*BOARD_KEYS, *REPLAY_KEYS, *APP_KEYS)
+ALL_KEYS: tuple[KeyAction, ...] = (*BOARD_KEYS, *REPLAY_KEYS, *CHART_KEYS, *APP_KEYS)
 KNOWN_IDS: frozenset[str] = frozenset(k.id for k in ALL_KEYS)
 
 

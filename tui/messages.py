@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from tui.views import BoardView, DetailView, LogUpdate, ReplayView
+from tui.views import BoardView, ChartsView, DetailView, LogUpdate, ReplayView, SeriesUpdate
 
 
 @dataclass
@@ -25,6 +25,16 @@ class DetailRefreshed(Message):
 @dataclass
 class LogTailed(Message):
     update: LogUpdate
+
+
+@dataclass
+class SeriesTailed(Message):
+    update: SeriesUpdate
+
+
+@dataclass
+class ChartsLoaded(Message):
+    view: ChartsView
 
 
 @dataclass

@@ -19,23 +19,28 @@ from typing import Any
 
 from textual.message import Message
 
+from harness.charts.model import RunSeries, is_series
 from harness.errors import KNOWN_ERRORS, render
 from state.fold import Event, SessionState, apply
 from state.store import Store
 from tui.messages import (
     BoardRefreshed,
+    ChartsLoaded,
     DetailRefreshed,
     LogTailed,
     ReplayLoaded,
+    SeriesTailed,
     Settled,
     StoreProblem,
     WriteDone,
 )
 from tui.text import log_line
 from tui.views import (
+    ChartsView,
     DetailView,
     LogUpdate,
     ReplayView,
+    SeriesUpdate,
     board_view,
     current_run,
     detail_view,
@@ -61,7 +66,15 @@ class _LogFollow:
     def feed(self, data: str) -> tuple[list[str], str]:
         text = self.partial + data
         *done, self.partial = text.split("\n")
-        return [log_line(x) for x in done], log_line(self.partial)
+        # a series point is drawn on the charts, not read in the log
+        return [log_line(x) for x in done if not is_series(x)], \
+            "" if is_series(self.partial) else log_line(self.partial)
+
+
+@dataclass
+class _SeriesFollow:
+    run_id: int | None = None
+    after: int = -1  # the byte offset of the last point's line
 
 
 class StoreIO:
@@ -84,6 +97,7 @@ class StoreIO:
         self._selected: int | None = None
         self._shown: int | None = -1  # the todo the detail pane shows (-1: none yet)
         self._log = _LogFollow()
+        self._series = _SeriesFollow()
         self._replay_target: int | None = None
         self._replay_selected: int | None = None
         self._replay_total = 0
@@ -108,6 +122,10 @@ class StoreIO:
 
     def leave_replay(self) -> None:
         self._queue.put(("live", None))
+
+    def charts(self, num: int) -> None:
+        """Every run of todo ``num`` that recorded series (the chart screen)."""
+        self._queue.put(("charts", num))
 
     def switch_session(self, session_id: int) -> None:
         self._queue.put(("session", session_id))
@@ -157,6 +175,8 @@ class StoreIO:
                 self._replay_request(*value)
             elif kind == "live":
                 self._replay_target = self._replay_state = None
+            elif kind == "charts":
+                self._send_charts(value)
             elif kind == "session":
                 self.session_id = value
                 self._state = None
@@ -221,7 +241,8 @@ class StoreIO:
         if self._selected != self._shown or affected:
             self._send_detail()
         elif changed:
-            self._tail_log()  # log output is written without events
+            self._tail_log()  # log output is written without events, and so are points
+            self._tail_series()
         if self._replay_target is not None and (self._replay_dirty or board_changed):
             self._send_replay()
 
@@ -249,6 +270,40 @@ class StoreIO:
                                            reset=True)))
         else:
             self._tail_log()
+        if run_id != self._series.run_id:
+            self._series = _SeriesFollow(run_id=run_id)
+            self._post(SeriesTailed(SeriesUpdate(run_id, tuple(self._read_series()),
+                                                 reset=True, stage=run.stage if run else None)))
+        else:
+            self._tail_series()
+
+    def _read_series(self) -> list[Any]:
+        if self._series.run_id is None:
+            return []
+        points = self.store.series([self._series.run_id], after=self._series.after)
+        if points:
+            self._series.after = points[-1].start
+        return points
+
+    def _tail_series(self) -> None:
+        points = self._read_series()
+        if points:
+            self._post(SeriesTailed(SeriesUpdate(self._series.run_id, tuple(points))))
+
+    def _send_charts(self, num: int | None) -> None:
+        state = self._state
+        if num is None or state is None:
+            return
+        todo = state.todos.get(num)
+        counted = self.store.series_runs(self.session_id)
+        runs = [r for r in sorted(state.runs.values(), key=lambda r: r.id)
+                if r.todo_id == num and counted.get(r.id)]
+        points = self.store.series([r.id for r in runs])
+        series = tuple(RunSeries(r.id, f"r{r.id}", tuple(p for p in points
+                                                         if p.run_id == r.id))
+                       for r in runs)
+        self._post(ChartsLoaded(ChartsView(todo, series,
+                                           stage=todo.stage if todo is not None else None)))
 
     def _read_log(self) -> tuple[list[str], str]:
         if self._log.run_id is None:

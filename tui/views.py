@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from harness.served_view import Comparison, comparisons, speed_figures
+from harness.charts.model import RunSeries
+from harness.served_view import Comparison, comparisons, verification_figures
 from state.fold import (
     Event,
     RunState,
@@ -21,6 +21,7 @@ from state.fold import (
     VerificationState,
     unmet_dependencies,
 )
+from state.series import SeriesPoint
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,25 @@ class LogUpdate:
 
 
 @dataclass(frozen=True)
+class SeriesUpdate:
+    """New points of the run the detail pane follows. ``reset`` starts a new run's."""
+
+    run_id: int | None
+    points: tuple[SeriesPoint, ...] = ()
+    reset: bool = False
+    stage: str | None = None
+
+
+@dataclass(frozen=True)
+class ChartsView:
+    """Every run of one todo that recorded series, oldest first, for the chart screen."""
+
+    todo: TodoState | None
+    runs: tuple[RunSeries, ...] = ()
+    stage: str | None = None
+
+
+@dataclass(frozen=True)
 class ReplayView:
     """The session as it was just after event ``n`` of ``total``."""
 
@@ -95,18 +115,6 @@ def latest_figures(state: SessionState) -> dict[int, str]:
     return out
 
 
-def verification_figures(metrics: Mapping[str, Any]) -> str:
-    """``τ 1.87  1.42x served c=1``: the mean acceptance length, and the speed in words
-    that say whose it is: served by the engine (a benchmark), or the verify stage's
-    reference-loop bound (``≤2.17x ref``) or projection (``2.34x proj``)."""
-    parts = []
-    tau = _num(metrics.get("tau"), metrics.get("acceptance_length"))
-    if tau is not None:
-        parts.append(f"τ {tau:.2f}")
-    parts += speed_figures(metrics)
-    return "  ".join(parts)
-
-
 def narrow_figures(text: str) -> str:
     """The short form of :func:`verification_figures` for a narrow board row: ``τ1.87``
     and a served speedup (``τ3.11 1.42x``); the reference loop's bound and projection
@@ -115,13 +123,6 @@ def narrow_figures(text: str) -> str:
     text = re.sub(r"\s*(≤\d+\.\d+x ref|\d+\.\d+x proj)\b", "", text)
     text = re.sub(r"(\d+\.\d+x) served c=\d+", r"\1", text)
     return text.replace("τ ", "τ").replace("  ", " ").strip()
-
-
-def _num(*values: Any) -> float | None:
-    for v in values:
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return float(v)
-    return None
 
 
 def detail_view(state: SessionState, num: int | None, history: list[Event], *,

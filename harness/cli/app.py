@@ -66,6 +66,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Show the session's history: who changed what, when, from what to what."),
     "logs": ("run_cmds", "logs",
         "Print a run's log, as stored (RUN is like r12)."),
+    "metrics": ("chart_cmds", "metrics",
+        "List the series a stage recorded: each metric (with its labels), its axis, how many "
+        "points, the x range and the last, lowest and highest value."),
     "mcp": ("agent_io_cmds", "mcp_cmd",
         "Serve the harness to an agent over MCP (stdio)."),
     "move": ("todo_cmds", "move",
@@ -75,6 +78,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "bound to a pipeline stage (`harness run` starts those)."),
     "note": ("todo_cmds", "note",
         "Add a note to todo ID (kept in its history)."),
+    "plot": ("chart_cmds", "plot",
+        "Draw the series a stage recorded, in the terminal: one chart per METRIC (default: "
+        "every one it recorded), a line per label set (per position, per server)."),
     "prime": ("agent_cmds", "prime_cmd",
         "Print what an agent needs in its instructions file (AGENTS.md, CLAUDE.md): how to "
         "keep its todo list in the harness with the CLI, then the current list."),
@@ -86,6 +92,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "replay": ("replay_cmds", "replay",
         "Show a session as it was at any past event or time, step through its changes, "
         "compare two moments, or fork a new session from one."),
+    "report": ("chart_cmds", "report",
+        "Write one self-contained HTML page about the session, to attach to a message: the "
+        "board, each stage's charts, the verification and served tables, and the last "
+        "changes. Charts are inline SVG; the page loads nothing else (no script, style sheet "
+        "or font from elsewhere)."),
     "run": ("run_cmds", "run_cmd",
         "Run a pipeline: one todo per stage, each run as a detached job that survives "
         "disconnects, its log streamed into the store, completed only when its checks and "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,12 +24,15 @@ from harness.runner.evidence import checks_failed_alone, judge, record_verificat
 from harness.runner.logs import LOG_FLUSH_BYTES, LOG_FLUSH_SECONDS, Chunk, LogReader
 from harness.runner.offline import offline_context, with_gap
 from harness.runner.ownership import RUNNER, job_key
+from harness.runner.series import SeriesReader, unfinished_line
 from pipeline.actions import StageResult
 from pipeline.errors import ExecutorError, HostUnreachable, JobError, PipelineError
 from pipeline.hosts.executor import Executor, JobHandle, JobStatus, executor_for
 from pipeline.hosts.ship import code_env, ensure_shipped, package_hash
+from pipeline.series import MAX_LINE, is_series
 from pipeline.spec.models import HostSpec, Pipeline, Stage
 from state.fold import RunState
+from state.series import SeriesPoint
 from state.store import Store, utcnow
 
 
@@ -139,10 +142,12 @@ class Supervisor:
     def watch(self, stage: Stage, todo: int, run_id: int, ex: Executor,
               handle: JobHandle) -> Outcome:
         timeout = stage_timeout(self.spec, stage, self.timeouts, self.timeout_scale)
-        log = LogReader(ex, handle, self._stored_log_end(run_id), self.secrets)
+        offset = self._stored_log_end(run_id)
+        log = LogReader(ex, handle, offset, self.secrets)
+        stream = _Stream(self, stage, run_id,
+                         SeriesReader(run_id, offset, self._unfinished_line(run_id, offset)))
         eta = EtaWatch(stage.name, timeout, self.rerun,
                        stage_scale(self.spec, stage, self.timeouts, self.timeout_scale))
-        buffered: list[Chunk] = []
         last_flush = time.monotonic()
         started = last_flush - self._elapsed(run_id)  # a re-attached job keeps its clock
         status: JobStatus
@@ -150,16 +155,15 @@ class Supervisor:
             status = ex.poll(handle)
             chunk = log.read()
             if chunk is not None:
-                buffered.append(chunk)
-                self._show(stage, chunk)
+                stream.take(chunk)
                 warning = eta.see(chunk[1], time.monotonic() - started)
                 if warning:
                     self._warn(stage, todo, warning)
             due = time.monotonic() - last_flush >= LOG_FLUSH_SECONDS
-            if buffered and (due or status.finished
-                             or sum(len(c[1]) for c in buffered) > LOG_FLUSH_BYTES):
-                self._flush_log(run_id, buffered)
-                buffered, last_flush = [], time.monotonic()
+            if stream.pending and (due or status.finished
+                                   or stream.pending > LOG_FLUSH_BYTES):
+                stream.flush()
+                last_flush = time.monotonic()
             if status.finished:
                 break
             if self._stopped_by_person(run_id, todo):
@@ -167,26 +171,14 @@ class Supervisor:
                 continue
             if timeout is not None and time.monotonic() - started > timeout:
                 ex.cancel(handle)
-                self._flush_log(run_id, buffered)
-                self._drain(stage, run_id, log)
+                stream.drain(log)
                 result = self._result(ex, handle) if stage.is_builtin else None
                 return self.end(stage, todo, run_id, "failed", None,
                                 f"timed out after {timeout:g}s; the job was cancelled"
                                 + _partial(result) + eta.timed_out(timeout), result)
             time.sleep(self.poll_interval)
-        self._drain(stage, run_id, log)
+        stream.drain(log)
         return self._conclude(stage, todo, run_id, ex, handle, status)
-
-    def _drain(self, stage: Stage, run_id: int, log: LogReader) -> None:
-        """Whatever the job wrote after our last read, and what was held back."""
-        while True:
-            before = log.offset
-            chunk = log.read(final=True)
-            if chunk is not None:
-                self._flush_log(run_id, [chunk])
-                self._show(stage, chunk)
-            if log.offset == before:
-                break
 
     def _elapsed(self, run_id: int) -> float:
         """Seconds since the run started (0 for one starting now)."""
@@ -202,19 +194,32 @@ class Supervisor:
     def _show(self, stage: Stage, chunk: Chunk) -> None:
         if self.show_logs:
             for line in chunk[1].splitlines():
-                self.out(f"  {stage.name} | {safe_line(line, 300)}")
+                if not is_series(line):  # a point is for the charts, not for reading
+                    self.out(f"  {stage.name} | {safe_line(line, 300)}")
 
-    def _flush_log(self, run_id: int, chunks: Iterable[Chunk]) -> None:
+    def _flush_log(self, run_id: int, chunks: Iterable[Chunk],
+                   points: Sequence[SeriesPoint] = ()) -> None:
+        """Log text and the points read from it, in one write: a runner that re-attaches
+        reads on from the stored log's end, so the two never disagree."""
         chunks = list(chunks)
-        if not chunks:
+        if not chunks and not points:
             return
         with self.store.write(self.sid, RUNNER) as tx:
             for start, text in chunks:
                 tx.append_log(run_id, start, text)
+            if points:
+                tx.append_points(points)
 
     def _stored_log_end(self, run_id: int) -> int:
-        _text, end = self.store.log(run_id, 0)
-        return end
+        return self.store.log_end(run_id)
+
+    def _unfinished_line(self, run_id: int, end: int) -> str:
+        """The line the job was writing when the stored log ends (a point whose line a
+        dead runner had read only half of is read whole when re-attaching)."""
+        if not end:
+            return ""
+        text, _ = self.store.log(run_id, max(0, end - 2 * MAX_LINE))
+        return unfinished_line(text)
 
     def _stopped_by_person(self, run_id: int, todo: int) -> bool:
         """A person cancelled the todo (or the run, from another terminal)."""
@@ -377,6 +382,42 @@ class Supervisor:
         with self.store.write(self.sid, RUNNER) as tx:
             tx.update_run(run.id, state=state, exit_code=code, reason=reason, ended_at=utcnow())
         return Outcome(run.stage or "?", run.todo_id or 0, run.id, state, False, reason)
+
+
+class _Stream:
+    """One job's log on its way into the store: its chunks, shown and buffered, and the
+    points of its series read from them, written together."""
+
+    def __init__(self, sup: Supervisor, stage: Stage, run_id: int, series: SeriesReader):
+        self.sup, self.stage, self.run_id, self.series = sup, stage, run_id, series
+        self.chunks: list[Chunk] = []
+        self.points: list[SeriesPoint] = []
+        self.pending = 0  # characters buffered
+
+    def take(self, chunk: Chunk, *, final: bool = False) -> None:
+        self.chunks.append(chunk)
+        self.pending += len(chunk[1])
+        self.points += self.series.feed(*chunk, final=final)
+        self.sup._show(self.stage, chunk)
+        for message in self.series.take_messages():
+            self.sup.out(f"[{self.stage.name}] {message}")
+
+    def flush(self) -> None:
+        self.sup._flush_log(self.run_id, self.chunks, self.points)
+        self.chunks, self.points, self.pending = [], [], 0
+
+    def drain(self, log: LogReader) -> None:
+        """Whatever the job wrote after our last read, and what was held back."""
+        self.flush()
+        while True:
+            before = log.offset
+            chunk = log.read(final=True)
+            if chunk is not None:
+                self.take(chunk)
+            if log.offset == before:
+                break
+        self.points += self.series.feed(log.offset, "", final=True)  # an unended last line
+        self.flush()
 
 
 def _partial(result: StageResult | None) -> str:

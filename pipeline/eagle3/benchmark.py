@@ -65,6 +65,7 @@ from pipeline.eagle3.bench_report import (
 from pipeline.eagle3.heldout import excluded, user_text
 from pipeline.eagle3.load_levels import Interrupted, Level, run_level
 from pipeline.errors import ActionError
+from pipeline.series import emit
 from pipeline.served_gates import BENCH_LEVELS
 from pipeline.vllm.metrics import SpecDelta, SpecSnapshot, spec_delta, spec_snapshot
 from pipeline.vllm.openai_client import get
@@ -338,6 +339,7 @@ def run(args: argparse.Namespace) -> StageResult:
                         level.spec = None
                     levels.append(level)
                 print(_report(level), flush=True)
+            level_series(c, [lv for lv in levels if lv.concurrency == c])
     except Interrupted as exc:
         interrupted = exc.level
         print(_report(exc.level), flush=True)
@@ -349,6 +351,19 @@ def run(args: argparse.Namespace) -> StageResult:
     _results(result, levels, servers, args, out_path, interrupted, planned,
              [p.id for p in prompts])
     return result
+
+
+def level_series(c: int, levels: list[Level]) -> None:
+    """One concurrency's figures as series for the charts (:mod:`pipeline.series`): the
+    speedup, and per server (plain, speculative) its tokens/s and TPOT p50."""
+    by = {lv.role: lv for lv in levels if not lv.interrupted}
+    spec, base = by.get("spec"), by.get("baseline")
+    if spec and base and spec.throughput and base.throughput:
+        emit("speedup", c, spec.throughput / base.throughput, axis="concurrency")
+    for role, lv in by.items():
+        s, server = lv.summary(), {"server": "plain" if role == "baseline" else "speculative"}
+        emit("tokens_per_s", c, s["output_throughput"], axis="concurrency", labels=server)
+        emit("tpot_ms", c, s["tpot_ms"]["p50"], axis="concurrency", labels=server)
 
 
 def _results(result: StageResult, levels: list[Level], servers: list[tuple[str, str, str]],

@@ -1,7 +1,7 @@
 """What both hidden-state backends (:mod:`.hidden_states`, hf, and
 :mod:`.hidden_states_vllm`) share: samples batched by length, a shard's writer with the
-small tensors beside the states, and the write report that says whether the disk was the
-bottleneck.
+small tensors beside the states, the write report that says whether the disk was the
+bottleneck, and the rates each shard adds to the stage's charts.
 
 Its own module because the hf stage starts the vllm backend and the backend writes what
 the stage writes.
@@ -13,11 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.eagle3.common import log
+from pipeline.eagle3.common import Progress, log
 from pipeline.eagle3.shard_writer import StreamingShard, WritePipeline
 from pipeline.eagle3.shards import SHARD_FORMAT, shard_name
+from pipeline.series import emit
 
-__all__ = ["DISK_BOUND_SHARE", "open_shard", "plan_batches", "write_report"]
+__all__ = ["DISK_BOUND_SHARE", "open_shard", "plan_batches", "shard_series", "write_report"]
 
 DISK_BOUND_SHARE = 0.1  # the forward waiting this share of the time for the writer
 
@@ -87,3 +88,12 @@ def write_report(pipeline: WritePipeline, elapsed: float, method: str) -> dict[s
             f"{ws.gb_per_s:.2f} GB/s, the forward waited {pipeline.stall:.1f}s "
             f"({share:.0%})")
     return stats
+
+
+def shard_series(shard: int, progress: Progress, written: int) -> None:
+    """The rates so far, each time a shard is written (:mod:`pipeline.series`): tokens/s
+    through the verifier, and MB/s onto the disk (bytes written over the wall time)."""
+    elapsed = progress.elapsed
+    if elapsed > 0:
+        emit("tokens_per_s", shard, progress.tokens / elapsed, axis="shard")
+        emit("disk_mb_s", shard, written / elapsed / 1e6, axis="shard")

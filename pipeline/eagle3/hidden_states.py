@@ -56,7 +56,7 @@ from pipeline.eagle3.common import (
 )
 from pipeline.eagle3.datafiles import read_tokens
 from pipeline.eagle3.disk_estimate import offline_bytes
-from pipeline.eagle3.extraction import open_shard, plan_batches, write_report
+from pipeline.eagle3.extraction import open_shard, plan_batches, shard_series, write_report
 from pipeline.eagle3.memory_plan import Workload, load_placed, measured_peaks, peaks_line
 from pipeline.eagle3.placement import add_placement_args, placement_from_args
 from pipeline.eagle3.shard_writer import WRITE_METHODS, WritePipeline
@@ -385,6 +385,7 @@ def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], tod
                 def finish(writer=writer, shard=shard, n=e - s):
                     on_shard(shard)
                     log(f"[hidden_states] wrote {writer.path.name} ({n} samples)")
+                    shard_series(shard + 1, progress, pipeline.stats.bytes)
 
                 pipeline.finish(writer, finish)
     finally:

@@ -253,7 +253,7 @@ def extract_with_engine(engine: Engine, tokens: dict[str, Any], plan: list[tuple
     """
     import torch
 
-    from pipeline.eagle3.extraction import open_shard, plan_batches, write_report
+    from pipeline.eagle3.extraction import open_shard, plan_batches, shard_series, write_report
 
     ids = engine_layer_ids(aux_layers, num_layers)
     offsets, input_ids = tokens["offsets"], tokens["input_ids"]
@@ -307,6 +307,7 @@ def extract_with_engine(engine: Engine, tokens: dict[str, Any], plan: list[tuple
             def finish(writer=writer, shard=shard, n=e - s):
                 on_shard(shard)
                 log(f"[hidden_states] wrote {writer.path.name} ({n} samples)")
+                shard_series(shard + 1, progress, pipeline.stats.bytes)
 
             pipeline.finish(writer, finish)
     finally:

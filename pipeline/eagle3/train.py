@@ -50,6 +50,7 @@ from pipeline.eagle3.common import (
 from pipeline.eagle3.distributed import Dist, wrap_ddp
 from pipeline.eagle3.placement import add_placement_args
 from pipeline.errors import ActionError
+from pipeline.series import emit
 
 ACTION = "eagle3.train"
 STATE = "state.json"
@@ -302,6 +303,9 @@ def run(args: argparse.Namespace) -> StageResult:
     start_epoch, history = _resume(out, drafter, optimizer, scheduler, device)
     if start_epoch:
         log(f"[train] resuming after epoch {start_epoch} from {out / STATE}")
+        if dist.main:
+            for record in history:  # the resumed run's charts start where training did
+                _epoch_series(record)
     heldout_head = verifier_head.to(device)
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if on_gpu else
                 torch.autocast("cpu", enabled=False))
@@ -315,6 +319,7 @@ def run(args: argparse.Namespace) -> StageResult:
     first_loss: float | None = None
     curve: list[float] = []
     t_train = time.perf_counter()
+    step = start_epoch * steps_per_epoch  # optimizer steps so far: the charts' x
     for epoch in range(start_epoch, last_epoch):
         drafter.train()
         batches = data.epoch_batches(epoch, args.batch_size, args.batch_tokens, dist.rank,
@@ -327,6 +332,7 @@ def run(args: argparse.Namespace) -> StageResult:
         loss_sum = torch.zeros((), device=device)
         t0 = time.perf_counter()
         tokens = 0
+        logged = (0.0, 0)  # the loss sum and batch count at the last progress line
         try:
             for i, cpu_batch in enumerate(prefetch):
                 b = cpu_batch.to(device)
@@ -347,13 +353,20 @@ def run(args: argparse.Namespace) -> StageResult:
                 acc_c += correct
                 acc_n += counted
                 tokens += cpu_batch.tokens
+                step += 1
                 if dist.main and ((i + 1) % args.log_every == 0 or i + 1 == len(batches)):
                     dt = time.perf_counter() - t0
                     accs = " ".join(f"{a:.3f}" for a in summarize(acc_c, acc_n))
+                    total, lr, rate = float(loss_sum), scheduler.get_last_lr()[0], \
+                        tokens * dist.world / dt
                     log(f"[train] epoch {epoch + 1} step {i + 1}/{len(batches)} loss "
-                        f"{float(loss_sum) / (i + 1):.4f} acc [{accs}] lr "
-                        f"{scheduler.get_last_lr()[0]:.2e} {tokens * dist.world / dt:.0f} "
-                        f"tokens/s")
+                        f"{total / (i + 1):.4f} acc [{accs}] lr {lr:.2e} {rate:.0f} tokens/s")
+                    # the chart's loss is the mean since the last point, not since the
+                    # epoch began: a curve that does not restart each epoch
+                    emit("loss", step, (total - logged[0]) / (i + 1 - logged[1]))
+                    emit("lr", step, lr)
+                    emit("tokens_per_s", step, rate)
+                    logged = (total, i + 1)
         finally:
             prefetch.close()
         train_tokens += tokens
@@ -369,6 +382,7 @@ def run(args: argparse.Namespace) -> StageResult:
                 torch.stack([flat.sum(), flat.abs().sum(), flat.pow(2).sum()]))
         history.append(record)
         if dist.main:
+            _epoch_series(record)
             log(f"[train] epoch {epoch + 1} held-out per-position accuracy: " +
                 " ".join(f"pos{k + 1} {a:.3f}" for k, a in enumerate(heldout)) +
                 f" (est. acceptance length {record['est_acceptance_length']:.2f})")
@@ -428,6 +442,16 @@ def run(args: argparse.Namespace) -> StageResult:
                       f"accuracy " + " ".join(f"pos{k + 1} {a:.3f}" for k, a in enumerate(
                           history[-1]["heldout_acc"] if history else [])))
     return result
+
+
+def _epoch_series(record: dict[str, Any]) -> None:
+    """One epoch's points: held-out accuracy per position (the lines of one chart), the
+    acceptance length it implies, and the epoch's training loss."""
+    epoch = record["epoch"]
+    for k, acc in enumerate(record["heldout_acc"]):
+        emit("heldout_acc", epoch, acc, axis="epoch", labels={"position": k + 1})
+    emit("est_acceptance_length", epoch, record["est_acceptance_length"], axis="epoch")
+    emit("train_loss", epoch, record["train_loss"], axis="epoch")
 
 
 def _evaluate(drafter, verifier_head, data, args, device, autocast, dist, position_accuracy):

@@ -50,6 +50,7 @@ from pipeline.actions import (
 )
 from pipeline.eagle3.placement import add_placement_args
 from pipeline.errors import ActionError
+from pipeline.series import emit
 from pipeline.served_gates import VERIFY_K
 
 ACTION = "eagle3.verify"
@@ -219,7 +220,27 @@ def _functional(args: argparse.Namespace, checkpoint: Path, layout: Any,
         dtype=dtype, log=log)
     result.metrics.update(metrics)
     result.metrics["device"] = str(device)
+    _series(metrics, checkpoint, args.previous)
     return checks, headline
+
+
+def _series(metrics: dict[str, Any], checkpoint: Path, previous: Path | None) -> None:
+    """τ per checkpoint, oldest first (untrained, previous, this one; free-running where
+    it was run, and teacher-forced), and acceptance per position, one line each."""
+    named = [("untrained", "untrained_"), (previous.name if previous else "", "previous_"),
+             (checkpoint.name, "")]
+    for name, prefix in named:
+        if not name:
+            continue
+        if f"{prefix}acceptance_length" in metrics:
+            emit("tau", name, metrics[f"{prefix}acceptance_length"], axis="checkpoint")
+        if f"{prefix}teacher_forced_tau" in metrics:
+            emit("tau_teacher_forced", name, metrics[f"{prefix}teacher_forced_tau"],
+                 axis="checkpoint")
+    for name, prefix in named:
+        rates = metrics.get(f"{prefix}acceptance_per_position") if name else None
+        for k, rate in enumerate(rates or [], start=1):
+            emit("acceptance", k, rate, axis="position", labels={"checkpoint": name})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ from pipeline.eagle3.datafiles import read_tokens
 from pipeline.eagle3.shards import ShardReader, list_shards, validate_shard
 from pipeline.eagle3.train_data import TrainData
 from pipeline.errors import ActionError
+from pipeline.series import parse
 
 from .conftest import ok, run_stage
 
@@ -75,7 +76,9 @@ def test_shards_cover_every_sample_once(tiny_data):
     assert sorted(seen) == list(range(len(tokens["ids"])))
 
 
-def test_resume_skips_done_shards_and_refuses_another_config(tiny_data, tmp_path):
+def test_resume_skips_done_shards_and_refuses_another_config(tiny_data, tmp_path,
+                                                             monkeypatch, capsys):
+    monkeypatch.setenv("HARNESS_SERIES", "1")  # as inside a harness job
     out = tmp_path / "hidden"
     shutil.copytree(tiny_data["hidden"], out)
     first = out / "shard-00000.safetensors"
@@ -87,6 +90,11 @@ def test_resume_skips_done_shards_and_refuses_another_config(tiny_data, tmp_path
     assert rc == 0 and result.ok
     assert result.metrics["resumed_shards"] == tiny_data["shards"] - 1
     assert first.read_bytes() == before
+    # the rates as the one shard it wrote was done (series for the charts)
+    points = [p for p in map(parse, capsys.readouterr().out.splitlines()) if p is not None]
+    assert [(p.metric, p.axis, p.x) for p in points] == [("tokens_per_s", "shard", 2),
+                                                         ("disk_mb_s", "shard", 2)]
+    assert all(p.y is not None and p.y > 0 for p in points)
     again = ShardReader(out / "shard-00001.safetensors").sample(0)["aux"]
     original = ShardReader(tiny_data["hidden"] / "shard-00001.safetensors").sample(0)["aux"]
     assert torch.equal(again, original)

@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 
 from pipeline.eagle3 import export, train, vocab
 from pipeline.eagle3.drafter import load_drafter
+from pipeline.series import parse
 
 from .conftest import TRAIN_PARAMS, ok, run_stage
 
@@ -32,14 +33,35 @@ def test_training_reports_per_position_accuracy(tiny_trained):
     assert state["epoch"] == 2 and state["checkpoint"] == "checkpoints/epoch-002"
 
 
-def test_resume_gives_the_uninterrupted_result(tiny_trained, tmp_path):
+def points(out: str) -> list:
+    """The series points a stage printed (pipeline.series)."""
+    return [p for p in map(parse, out.splitlines()) if p is not None]
+
+
+def test_resume_gives_the_uninterrupted_result(tiny_trained, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HARNESS_SERIES", "1")  # as inside a harness job
     common = dict(hidden_states=tiny_trained["hidden"], verifier=tiny_trained["verifier"],
                   vocab=tiny_trained["vocab"], out=tmp_path / "run", **TRAIN_PARAMS)
     first = ok(train, tmp_path, **common, stop_after_epochs=1)
     assert first.metrics["epochs_done"] == 1
     assert not (tmp_path / "run" / "checkpoints" / "epoch-002").exists()
+    before = points(capsys.readouterr().out)
     resumed = ok(train, tmp_path, **common)
     assert resumed.metrics["epochs_done"] == 2
+    # the curves: per step, per epoch; the resumed run records the epoch it resumed from
+    after = points(capsys.readouterr().out)
+    assert [p.metric for p in before] == ["loss", "lr", "tokens_per_s", "heldout_acc",
+                                          "heldout_acc", "heldout_acc",
+                                          "est_acceptance_length", "train_loss"]
+    acc = [(p.x, p.labels["position"], p.y) for p in after if p.metric == "heldout_acc"]
+    assert [a[:2] for a in acc] == [(e, k) for e in (1, 2) for k in (1, 2, 3)]
+    assert acc[:3] == [(p.x, p.labels["position"], p.y) for p in before
+                       if p.metric == "heldout_acc"]
+    assert [h["heldout_acc"] for h in resumed.metrics["history"]] == [
+        [a[2] for a in acc[:3]], [a[2] for a in acc[3:]]]
+    first_steps = [p.x for p in before if p.metric == "loss"]
+    later_steps = [p.x for p in after if p.metric == "loss"]
+    assert first_steps and later_steps and min(later_steps) > max(first_steps)
     a, b = weights(tiny_trained["dir"], 2), weights(tmp_path / "run", 2)
     assert a.keys() == b.keys()
     for key in a:

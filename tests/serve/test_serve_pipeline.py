@@ -191,6 +191,13 @@ def test_full_pipeline_measures_speedup_and_stops_what_it_started(world, store: 
     # (one draft per step); the baseline drafted nothing (its check, below).
     spec_tokens = sum(levels[("spec", c)]["output_tokens"] for c in (1, 2))
     assert served.drafts < spec_tokens / 2
+    # its series, recorded as each level was measured: the same figures, for the charts
+    points = store.series([runs_of(store, sid, "benchmark")[0].id])
+    speedup = [(p.x, p.y) for p in points if p.metric == "speedup"]
+    assert speedup == [(c, pytest.approx(b[f"speedup_c{c}"], rel=1e-3)) for c in (1, 2)]
+    assert {(p.x, p.labels["server"]) for p in points if p.metric == "tokens_per_s"} == {
+        (1, "plain"), (1, "speculative"), (2, "plain"), (2, "speculative")}
+    assert all(p.axis == "concurrency" for p in points)
 
     # ... and it is a verification row with checks, metrics and the gate's numbers
     v = next(v for v in store.verifications(sid) if v.kind == "eagle3.benchmark")

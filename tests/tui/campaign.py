@@ -7,8 +7,10 @@ Every timestamp is fixed, so the screens it produces are the same on every run.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 
+from state.series import SeriesPoint
 from state.store import Store
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
@@ -74,7 +76,16 @@ def build(store: Store, name: str = "kimi-k25-eagle3") -> int:
         tx.emit("todo.noted", todo_id=12, payload={"text": "our trainer is fine; keep one "
                                                    "code path"}, ts=at(60.5))
     # First training run, then two verifications that fail the gate.
-    _run(store, sid, 6, "train", minute, minute + 90, "succeeded", 0)
+    first = _run(store, sid, 6, "train", minute, minute + 90, "succeeded", 0)
+    with store.write(sid, "runner") as tx:
+        tx.append_points(_points(first, minute + 90, [
+            *(("loss", "step", s, round(1.95 + 1.6 * 0.9994 ** s, 3), {})
+              for s in range(250, 6251, 250)),
+            *(("heldout_acc", "epoch", e, acc, {"position": k + 1})
+              for e, accs in enumerate([(0.44, 0.19, 0.08), (0.49, 0.22, 0.1),
+                                        (0.51, 0.23, 0.1), (0.52, 0.24, 0.11),
+                                        (0.52, 0.24, 0.11)], start=1)
+              for k, acc in enumerate(accs))]))
     minute += 95
     _run(store, sid, 7, "export", minute, minute + 5, "succeeded", 0)
     minute += 6
@@ -107,13 +118,31 @@ def build(store: Store, name: str = "kimi-k25-eagle3") -> int:
             data = text + "\n"
             tx.append_log(run.id, offset, data)
             offset += len(data.encode())
+        tx.append_points(_points(run.id, 360, [
+            *(("loss", "step", step, loss, {}) for step, loss in TRAIN_LOSS),
+            *(("lr", "step", step, 2.0e-4 - step * 1.6e-8, {}) for step, _ in TRAIN_LOSS),
+            *(("heldout_acc", "epoch", 1, acc, {"position": k + 1})
+              for k, acc in enumerate((0.58, 0.31, 0.16)))]))
         tx.append_log(run.id, offset, "epoch 2/5  step 350/1250  loss 2.27\r"
                                       "epoch 2/5  step 400/1250  loss 2.25")
     return sid
 
 
+# The running training's loss, as its log above says it (steps counted over epochs).
+TRAIN_LOSS = [(200, 3.412), (400, 2.871), (600, 2.655), (800, 2.514), (1000, 2.430),
+              (1250, 2.377), (1450, 2.301), (1650, 2.25)]
+
+
+def _points(run_id: int, minute: float,
+            rows: Iterable[tuple[str, str, float, float, dict[str, int]]]) -> list[SeriesPoint]:
+    """Points as the runner stores them from ``@series`` lines (``start``: their line's
+    offset in the log, here simply their order)."""
+    return [SeriesPoint(run_id=run_id, start=i, metric=m, axis=axis, x=x, y=y, labels=labels,
+                        ts=at(minute)) for i, (m, axis, x, y, labels) in enumerate(rows)]
+
+
 def _run(store: Store, sid: int, num: int, stage: str, start: float, end: float, state: str,
-         code: int) -> None:
+         code: int) -> int:
     with store.write(sid, "runner") as tx:
         tx.update_todo(num, status="in_progress", ts=at(start))
         run = tx.queue_run(todo_id=num, host="gpu", stage=stage, ts=at(start))
@@ -123,6 +152,7 @@ def _run(store: Store, sid: int, num: int, stage: str, start: float, end: float,
         tx.update_run(run.id, state=state, exit_code=code, ended_at=at(end), ts=at(end))
         if state == "succeeded":
             tx.update_todo(num, status="completed", ts=at(end))
+    return run.id
 
 
 def _verify(store: Store, sid: int, num: int, minute: float, *, passed: bool, verdict: str,

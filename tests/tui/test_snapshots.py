@@ -99,3 +99,20 @@ def test_small_terminal_help(snap_compare: Any, campaign: Campaign,
     app = campaign.app()
     assert snap_compare(app, terminal_size=SMALL,
                         run_before=ready(app, "question_mark", select=8))
+
+
+def test_small_terminal_training_chart(snap_compare: Any, campaign: Campaign) -> None:
+    """The running training at 80x24: its loss curve in the Detail tab."""
+    app = campaign.app()
+    assert snap_compare(app, terminal_size=SMALL, run_before=ready(app, select=6))
+
+
+def test_chart_screen(snap_compare: Any, campaign: Campaign) -> None:
+    """Every chart of the training todo, both runs overlaid (c)."""
+    app = campaign.app()
+    assert snap_compare(app, terminal_size=SIZE, run_before=ready(app, "c", select=6))
+
+
+def test_small_terminal_chart_screen(snap_compare: Any, campaign: Campaign) -> None:
+    app = campaign.app()
+    assert snap_compare(app, terminal_size=SMALL, run_before=ready(app, "c", select=6))

@@ -145,6 +145,19 @@ class PageScreen:
         return "\n".join(self.screen.display) if self.screen is not None else ""
 
 
+def _open_board(pw: Any, server: WebServer, screen: PageScreen) -> tuple[Any, Any]:
+    """Chromium with the board's page open, its terminal read into ``screen``."""
+    browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.on("websocket", screen.attach)
+        page.goto(server.url + f"?token={TOKEN}")
+    except BaseException:
+        browser.close()
+        raise
+    return browser, page
+
+
 def _wait(page: Any, condition: Callable[[], bool], what: str, shown: Callable[[], str],
           timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
@@ -163,12 +176,8 @@ def test_the_board_in_chromium_marks_a_todo_and_shows_another_process_write(
     store, sid = campaign.store, campaign.session_id
     screen = PageScreen()
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=CHROMIUM_ARGS)
+        browser, page = _open_board(pw, server, screen)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.on("websocket", screen.attach)
-            page.goto(server.url + f"?token={TOKEN}")
             _wait(page, lambda: "Pending (3)" in screen.text() and "6/11 done" in screen.text(),
                   "the board", screen.text, timeout=120)
             page.click("#terminal")
@@ -191,6 +200,36 @@ def test_the_board_in_chromium_marks_a_todo_and_shows_another_process_write(
             shot = Path(os.environ.get("HARNESS_WEB_SCREENSHOT") or tmp_path / "web.png")
             page.screenshot(path=str(shot))
             assert shot.stat().st_size > 10_000  # a drawn board, not a blank page
+        finally:
+            browser.close()
+
+
+def test_the_charts_in_chromium(server: WebServer, campaign: Campaign, tmp_path: Path) -> None:
+    """The running training's loss curve in the Detail tab, then every chart with both
+    runs overlaid (c), drawn on the page as in a terminal."""
+    _need_browser()
+    from playwright.sync_api import sync_playwright
+
+    screen = PageScreen()
+    braille = lambda: sum(0x2801 <= ord(c) < 0x2900 for c in screen.text())  # noqa: E731
+    with sync_playwright() as pw:
+        browser, page = _open_board(pw, server, screen)
+        try:
+            # the board opens on t6, the training that runs: its loss curve is in Detail
+            _wait(page, lambda: "loss by step" in screen.text() and braille() > 10,
+                  "the training's loss chart", screen.text, timeout=120)
+            page.click("#terminal")
+            page.keyboard.press("c")
+            _wait(page, lambda: "2 runs overlaid: r6, r10" in screen.text()
+                  and "heldout_acc by epoch" in screen.text() and braille() > 30,
+                  "the chart screen", screen.text)
+            shot = Path(os.environ.get("HARNESS_WEB_CHARTS_SCREENSHOT")
+                        or tmp_path / "web-charts.png")
+            page.screenshot(path=str(shot))
+            assert shot.stat().st_size > 10_000
+            page.keyboard.press("Escape")
+            _wait(page, lambda: "Pending (3)" in screen.text(), "the board again",
+                  screen.text)
         finally:
             browser.close()
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+from contextlib import redirect_stdout
+
 import pytest
 import torch
 
@@ -14,6 +17,7 @@ from pipeline.eagle3.specdecode import (
     greedy_decode,
     speculative_decode,
 )
+from pipeline.series import parse
 
 from .conftest import checks, run_verify, verify_params
 
@@ -27,15 +31,20 @@ TAU_TOLERANCE = 0.3
 
 @pytest.fixture(scope="module")
 def good_run(good, tmp_path_factory):
+    """(exit code, result, what it printed) of verifying the good checkpoint, with the
+    series it prints inside a harness job."""
     tmp = tmp_path_factory.mktemp("good-run")
     previous = good["train"] / "checkpoints" / "epoch-001"
-    rc, result = run_verify(tmp, verify_params(good, good["dir"], previous=previous))
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, redirect_stdout(out):
+        mp.setenv("HARNESS_SERIES", "1")
+        rc, result = run_verify(tmp, verify_params(good, good["dir"], previous=previous))
     assert result is not None and result.error is None, result and result.error
-    return rc, result
+    return rc, result, out.getvalue()
 
 
 def test_good_checkpoint_passes_everything(good_run):
-    rc, result = good_run
+    rc, result, _out = good_run
     failed = [(c.name, c.message) for c in result.checks if not c.passed]
     assert rc == 0 and result.ok, failed
     names = checks(result)
@@ -63,6 +72,21 @@ def test_acceptance_is_counted_as_vllm_counts_it(good_run):
     assert len(per) == 3 and per[0] >= per[1] >= per[2] > 0  # accepted up to position j
     cond = m["conditional_acceptance"]
     assert cond[1] == pytest.approx(per[1] / per[0], abs=1e-3)
+
+
+def test_tau_per_checkpoint_and_acceptance_per_position_are_recorded(good_run):
+    _rc, result, out = good_run
+    m = result.metrics
+    points = [p for p in map(parse, out.splitlines()) if p is not None]
+    tau = [(p.x, p.y) for p in points if p.metric == "tau"]
+    # oldest first: untrained, the previous checkpoint (epoch-001), this one
+    assert tau == [("untrained", m["untrained_acceptance_length"]),
+                   ("epoch-001", m["previous_acceptance_length"]),
+                   (result.metrics["checkpoint"].rsplit("/", 1)[-1], m["tau"])]
+    assert all(p.axis == "checkpoint" for p in points if p.metric.startswith("tau"))
+    mine = [p.y for p in points if p.metric == "acceptance"
+            and p.labels == {"checkpoint": tau[-1][0]}]
+    assert mine == m["acceptance_per_position"]
 
 
 def test_free_running_tau_is_within_tolerance_of_teacher_forced(good_run):

@@ -15,7 +15,7 @@ from tui import changes
 from tui.host import ScreenHost
 from tui.keys import BOARD_KEYS, bindings
 from tui.screens.prompt import PromptScreen
-from tui.views import BoardView, DetailView, LogUpdate, current_run
+from tui.views import BoardView, DetailView, LogUpdate, SeriesUpdate, current_run
 from tui.widgets.board import Board
 from tui.widgets.detail import DetailPane
 from tui.widgets.header import SessionHeader
@@ -30,6 +30,7 @@ class BoardScreen(Screen[None]):
         self.board_view: BoardView | None = None
         self.detail_view: DetailView | None = None
         self._early_logs: list[LogUpdate] = []
+        self._early_series: list[SeriesUpdate] = []
 
     @property
     def ready(self) -> bool:
@@ -60,6 +61,9 @@ class BoardScreen(Screen[None]):
         for update in self._early_logs:
             self.show_log(update)
         self._early_logs.clear()
+        for points in self._early_series:
+            self.show_series(points)
+        self._early_series.clear()
         self.set_interval(1.0, self.tick)
 
     # -- fed by the app --------------------------------------------------------------------
@@ -85,6 +89,13 @@ class BoardScreen(Screen[None]):
             return
         run = current_run(self.detail_view) if self.detail_view else None
         self.query_one(DetailPane).tail(update, run)
+
+    def show_series(self, update: SeriesUpdate) -> None:
+        if not self._ready:
+            self._early_series.append(update)
+            return
+        run = current_run(self.detail_view) if self.detail_view else None
+        self.query_one(DetailPane).add_points(update, run)
 
     def tick(self) -> None:
         """Running durations move on even when nothing is written."""
@@ -202,6 +213,11 @@ class BoardScreen(Screen[None]):
 
     def action_replay(self) -> None:
         self.harness.enter_replay()
+
+    def action_charts(self) -> None:
+        num = self._target()
+        if num is not None:
+            self.harness.show_charts(num)
 
     def action_tab(self, name: str) -> None:
         self.query_one(DetailPane).switch(name)

@@ -11,10 +11,12 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static, TabbedContent, TabPane
 
+from harness.charts.model import RunSeries, charts, main_metric
 from harness.render import BADGE, GLYPH, describe
 from state.fold import Event, RunState
 from tui.text import block, clock, line, run_duration
-from tui.views import DetailView, LogUpdate
+from tui.views import DetailView, LogUpdate, SeriesUpdate, current_run
+from tui.widgets.chart import SeriesChart
 from tui.widgets.logtail import LogTail
 from tui.widgets.verification import VerificationPanel, latest_summary
 
@@ -24,7 +26,8 @@ RUN_STYLE = {"running": "bold yellow", "succeeded": "green", "failed": "bold red
              "lost": "bold red", "cancelled": "dim"}
 STATUS_STYLE = {"in_progress": "bold yellow", "blocked": "bold red", "completed": "green",
                 "cancelled": "dim"}
-TABS = ("detail", "log", "verification")  # tab names; their panes are "tab-<name>"
+TABS = ("detail", "log", "verification")
+WIDE_CAPTION = 50  # the chart's caption names its run from this width  # tab names; their panes are "tab-<name>"
 
 
 def head(view: DetailView) -> Text:
@@ -153,12 +156,15 @@ class DetailPane(Widget):
     DetailPane TabPane { padding: 0 1; }
     DetailPane .detail-section { color: $text-accent; text-style: bold; margin-top: 1; }
     DetailPane #detail-text { margin-top: 1; }
+    DetailPane #detail-chart { height: 10; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._view: DetailView | None = None
         self.internals = False  # the runner's bookkeeping in the history (key i)
+        self.series = RunSeries(0, "")  # the followed run's points, for its main chart
+        self._stage: str | None = None
 
     def compose(self) -> ComposeResult:
         with TabbedContent(initial="tab-detail"):
@@ -166,6 +172,8 @@ class DetailPane(Widget):
                 yield Static(id="detail-head")
                 yield Static("Verification", classes="detail-section", id="check-title")
                 yield Static(id="detail-check")
+                yield Static(classes="detail-section", id="chart-title")
+                yield SeriesChart(titled=False, id="detail-chart")
                 yield Static(id="detail-text")
                 yield Static("Runs", classes="detail-section", id="runs-title")
                 yield Static(id="detail-runs")
@@ -216,6 +224,10 @@ class DetailPane(Widget):
         log = self.query_one(LogTail)
         if not view.live:
             log.show_message("Logs are shown live only; leave replay (esc) to follow them.")
+        run = current_run(view)
+        if view.todo is None or not view.live or run is None or run.id != self.series.run_id:
+            self.series = RunSeries(0, "")  # another run's points come next, if it has any
+        self._show_chart(run)
 
     def _show_check(self, summary: Table | None) -> None:
         self.query_one("#check-title").display = summary is not None
@@ -224,6 +236,36 @@ class DetailPane(Widget):
 
     def tail(self, update: LogUpdate, run: RunState | None) -> None:
         self.query_one(LogTail).tail(update, run)
+
+    def add_points(self, update: SeriesUpdate, run: RunState | None) -> None:
+        """New points of the followed run: its main chart follows them (live)."""
+        if update.reset or update.run_id != self.series.run_id:
+            self.series = RunSeries(update.run_id or 0, f"r{update.run_id}", update.points)
+            self._stage = update.stage
+        else:
+            self.series = RunSeries(self.series.run_id, self.series.label,
+                                    self.series.points + update.points)
+        self._show_chart(run)
+
+    def _show_chart(self, run: RunState | None) -> None:
+        live = self._view is None or self._view.live
+        metric = main_metric(self.series, self._stage) if live else None
+        shown = charts([self.series], [metric]) if metric else []
+        title = self.query_one("#chart-title", Static)
+        chart = self.query_one("#detail-chart", SeriesChart)
+        title.display = chart.display = bool(shown)
+        if not shown:
+            chart.show(None)
+            return
+        caption = Text(shown[0].title, style="bold")
+        if self.size.width >= WIDE_CAPTION:  # a narrow pane keeps the key to the rest
+            state = run.state if run is not None and run.id == self.series.run_id else ""
+            caption.append(f"  r{self.series.run_id}{' ' + state if state else ''}",
+                           style="dim")
+        if len(self.series.metrics) > 1:
+            caption.append(f"  c: all {len(self.series.metrics)}", style="dim italic")
+        title.update(caption)
+        chart.show(shown[0])
 
     def switch(self, tab: str) -> None:
         if tab in TABS:

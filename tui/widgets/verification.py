@@ -24,14 +24,18 @@ from textual.widget import Widget
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from harness.charts.model import Chart, served_chart
 from harness.gates import gate_items
 from harness.render import safe_line
 from harness.served_view import Comparison, reference_bound
 from state.fold import VerificationState
 from tui.text import block, clock, line, number
 from tui.views import verification_figures
+from tui.widgets.chart import chart_text
 
 BAR_WIDTH = 24
+WIDE_REPORT = 84  # from this width (a wide terminal's pane) the chart stands beside the table
+CHART_WIDTH, CHART_HEIGHT = 40, 12
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 # Gate thresholds name the metric they hold; these metrics go by another name (a store
 # written before the rename calls the reference loop's speedup measured_speedup). A
@@ -158,10 +162,15 @@ def report(v: VerificationState, width: int = 100,
             figures.append(f"{number(m['projected_speedup'])}x projected")
     if figures:
         out.add_row(figures)
+    charted = False
     for c in comparisons:
         if c.served.id == v.id or (c.offline is not None and c.offline.id == v.id):
             out.add_row(Text(c.title[0].upper() + c.title[1:], style="bold"))
-            out.add_row(comparison_table(c))
+            out.add_row(beside(comparison_table(c), served_chart(c.served.metrics), width))
+            charted = charted or served_chart(c.served.metrics) is not None
+    chart = None if charted else served_chart(m)
+    if chart is not None:  # a benchmark compared with no verify row: its speedups alone
+        out.add_row(beside(Text("Served speedup by concurrency", style="bold"), chart, width))
     others = {k: val for k, val in m.items() if k not in SHOWN_METRICS}
     if others:
         more = Table.grid(padding=(0, 1))
@@ -171,6 +180,22 @@ def report(v: VerificationState, width: int = 100,
             more.add_row(line(k, 32), Text(number(val)))
         out.add_row(more)
 
+    return out
+
+
+def beside(table: Any, chart: Chart | None, width: int) -> Any:
+    """``table`` with the served speedup chart beside it (under it in a narrow pane)."""
+    if chart is None:
+        return table
+    out = Table.grid(padding=(0, 2))
+    if width >= WIDE_REPORT:
+        out.add_column(ratio=1)
+        out.add_column(width=CHART_WIDTH)
+        out.add_row(table, chart_text(chart, CHART_WIDTH, CHART_HEIGHT))
+    else:
+        out.add_column()
+        out.add_row(table)
+        out.add_row(chart_text(chart, min(max(width - 2, 30), CHART_WIDTH), CHART_HEIGHT))
     return out
 
 

@@ -1,0 +1,1 @@
+"""Series drawn: charts for the terminal, the TUI and the HTML report."""
