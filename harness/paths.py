@@ -51,6 +51,13 @@ def codex_home() -> Path:
     return Path(home).expanduser() if home else Path.home() / ".codex"
 
 
+def gemini_dir() -> Path:
+    """Gemini CLI's user directory: ``$GEMINI_CLI_HOME/.gemini``, else ``~/.gemini`` (its
+    user settings, trusted folders, saved chats and task trackers live there)."""
+    home = os.environ.get("GEMINI_CLI_HOME")
+    return (Path(home).expanduser() if home else Path.home()) / ".gemini"
+
+
 @dataclass(frozen=True)
 class Resolved:
     value: str

@@ -1,10 +1,11 @@
-"""``harness hook claude-code install`` and ``harness hook codex install``: merge the
-harness's hooks into the agent's own hook settings.
+"""``harness hook claude-code|codex|gemini-cli install``: merge the harness's hooks into
+the agent's own hook settings.
 
 Claude Code reads ``.claude/settings.json`` (project) and ``~/.claude/settings.json``
 (user, or ``$CLAUDE_CONFIG_DIR/settings.json``); Codex reads ``.codex/hooks.json`` and
-``$CODEX_HOME/hooks.json`` (default ``~/.codex``). Both keep hooks as ``{"hooks": {EVENT:
-[{"matcher": ..., "hooks": [{"type": "command", "command": ...}]}]}}``.
+``$CODEX_HOME/hooks.json`` (default ``~/.codex``); Gemini CLI reads ``.gemini/settings.json``
+and ``~/.gemini/settings.json`` (``$GEMINI_CLI_HOME/.gemini``). All keep hooks as
+``{"hooks": {EVENT: [{"matcher": ..., "hooks": [{"type": "command", "command": ...}]}]}}``.
 
 The merge keeps everything else in the file, in its order. An event that already has a
 command hook running ``harness hook AGENT`` (however it is spelt: a path, a
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError, UsageError
-from harness.paths import codex_home
+from harness.paths import codex_home, gemini_dir
 
 # event -> matcher (None: the event takes none, or we want every occurrence)
 CLAUDE_EVENTS: dict[str, str | None] = {
@@ -48,7 +49,16 @@ CODEX_EVENTS: dict[str, str | None] = {
     "PostToolUse": "update_plan",
     "UserPromptSubmit": None,  # carries a person's change since Codex last saw the list
 }
-AGENTS = {"claude-code": CLAUDE_EVENTS, "codex": CODEX_EVENTS}
+# Gemini CLI matches a SessionStart or PreCompress matcher against the source or trigger
+# exactly (no alternatives): those take none. AfterTool runs after every tool, since the
+# notice rides on whichever tool's result comes next.
+GEMINI_EVENTS: dict[str, str | None] = {
+    "SessionStart": None,
+    "BeforeAgent": None,
+    "AfterTool": None,
+    "PreCompress": None,
+}
+AGENTS = {"claude-code": CLAUDE_EVENTS, "codex": CODEX_EVENTS, "gemini-cli": GEMINI_EVENTS}
 
 
 @dataclass
@@ -94,6 +104,8 @@ def settings_path(agent: str, scope: str, cwd: Path) -> Path:
             return (Path(base).expanduser() if base else Path.home() / ".claude") \
                 / "settings.json"
         return cwd / ".claude" / "settings.json"
+    if agent == "gemini-cli":
+        return (gemini_dir() if scope == "user" else cwd / ".gemini") / "settings.json"
     if scope == "user":
         return codex_home() / "hooks.json"
     return cwd / ".codex" / "hooks.json"
@@ -177,7 +189,10 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
                and any(_ours(h, agent) for h in g["hooks"]) for g in groups):
             continue
         group: dict[str, Any] = {"matcher": matcher} if matcher else {}
-        group["hooks"] = [{"type": "command", "command": cmd}]
+        hook: dict[str, Any] = {"type": "command", "command": cmd}
+        if agent == "gemini-cli":
+            hook = {"name": "todo-harness", **hook}  # how Gemini CLI names it to the user
+        group["hooks"] = [hook]
         groups.append(group)
         added.append(event)
     after = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if added else (before or "")
@@ -248,3 +263,102 @@ def codex_config(hooks: InstallPlan, *, scope: str, cwd: Path,
                      f"[projects.{json.dumps(str(cwd))}] trust_level = \"trusted\" to {path}")
     return InstallPlan(path=path, before=before, after=text if changes else (before or ""),
                        events=changes, notes=notes)
+
+
+# -- Gemini CLI: the task tools, or the MCP server --------------------------------------------
+
+TRACKER_NOTE = ("Gemini CLI's task tracker goes on (experimental.taskTracker): its current "
+                "models get task tools, whose calls the hooks copy into the store; "
+                "--no-task-tools leaves it off")
+
+
+def _gemini_2(model: Any) -> bool:
+    """Gemini CLI offers ``write_todos`` to Gemini 2 models only (while the tracker is
+    off)."""
+    return isinstance(model, str) and re.match(r"gemini-2(\.|$)", model) is not None
+
+
+def _mcp_server(hook_command: str) -> dict[str, Any]:
+    """``harness mcp`` as an MCP server entry, from the hook's command line (the same
+    harness, the same ``VAR=value`` prefix as environment)."""
+    argv = shlex.split(hook_command)
+    env = {}
+    while argv and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", argv[0]):
+        name, _, value = argv.pop(0).partition("=")
+        env[name] = value
+    if argv[-2:] == ["hook", "gemini-cli"]:
+        argv = argv[:-2]
+    if not argv:
+        raise UsageError(f"cannot make an MCP server command of {hook_command!r}")
+    entry: dict[str, Any] = {"command": argv[0], "args": [*argv[1:], "mcp"]}
+    if env:
+        entry["env"] = env
+    return entry
+
+
+def _our_mcp(server: Any) -> bool:
+    """An MCP server entry that runs ``harness ... mcp``."""
+    if not isinstance(server, dict) or not isinstance(server.get("args"), list):
+        return False
+    words = [str(server.get("command", "")), *map(str, server["args"])]
+    return words[-1:] == ["mcp"] and any("harness" in w for w in words)
+
+
+def _trusted(cwd: Path) -> bool:
+    """Whether Gemini CLI trusts ``cwd`` (``trustedFolders.json``: the longest rule that
+    covers it decides; ``TRUST_PARENT`` trusts the rule's parent folder)."""
+    try:
+        rules = json.loads((gemini_dir() / "trustedFolders.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    best: tuple[int, str] | None = None
+    for raw, level in (rules.items() if isinstance(rules, dict) else []):
+        root = Path(raw).parent if level == "TRUST_PARENT" else Path(raw)
+        if (root == cwd or root in cwd.parents) and (best is None
+                                                      or len(str(root)) >= best[0]):
+            best = (len(str(root)), str(level))
+    return best is not None and best[1] in ("TRUST_FOLDER", "TRUST_PARENT")
+
+
+def gemini_settings(hooks: InstallPlan, *, scope: str, cwd: Path, command: str | None,
+                    task_tools: bool) -> InstallPlan:
+    """The hooks' plan, with what else Gemini CLI needs in the same file: the task tracker
+    (the model's todo tool) on, or, with ``task_tools`` False and no ``write_todos`` for
+    the configured model, the harness MCP server."""
+    where = str(hooks.path)
+    doc = json.loads(hooks.after) if hooks.after.strip() else {}
+    events = list(hooks.events)
+    notes = list(hooks.notes)
+    if task_tools:
+        experimental = doc.setdefault("experimental", {})
+        if not isinstance(experimental, dict):
+            raise InputError("`experimental` is not an object", where=where)
+        if experimental.get("taskTracker") is not True:
+            experimental["taskTracker"] = True
+            events.append("experimental.taskTracker")
+            notes.append(TRACKER_NOTE)
+    else:
+        model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+        servers = doc.get("mcpServers", {})
+        if not isinstance(servers, dict):
+            raise InputError("`mcpServers` is not an object", where=where)
+        if isinstance(doc.get("experimental"), dict) \
+                and doc["experimental"].get("taskTracker") is True:
+            notes.append("the task tracker is on in these settings already: its tools are "
+                         "the model's, and the hooks follow them (no MCP server added)")
+        elif _gemini_2(model.get("name")):
+            notes.append(f"{model['name']} has Gemini CLI's write_todos, which the hooks "
+                         "follow: no MCP server added")
+        elif not any(_our_mcp(s) for s in servers.values()):
+            doc["mcpServers"] = {**servers,
+                                 "harness": _mcp_server(command
+                                                        or default_command("gemini-cli"))}
+            events.append("mcpServers.harness")
+    if scope == "project" and not _trusted(cwd):
+        notes.append(f"Gemini CLI reads {hooks.path.parent.name}/settings.json only in a "
+                     f"trusted folder: trust {cwd} when Gemini CLI asks (or run it with "
+                     "--skip-trust, or GEMINI_CLI_TRUST_WORKSPACE=true, headless)")
+    after = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if events \
+        else (hooks.before or "")
+    return InstallPlan(path=hooks.path, before=hooks.before, after=after, events=events,
+                       notes=notes)

@@ -1,5 +1,5 @@
-"""Agents using the harness directly: `harness mcp`, `harness hook claude-code|codex|opencode`
-(and their `install`), `harness watch-codex`.
+"""Agents using the harness directly: `harness mcp`, `harness hook
+claude-code|codex|gemini-cli|opencode` (and their `install`), `harness watch-codex`.
 
 The MCP SDK is imported only when `harness mcp` runs; the hooks themselves run through
 :mod:`harness.cli.hot` (no click at all) on every todo call of an agent.
@@ -103,6 +103,29 @@ def hook_codex(ctx: click.Context, actor: str) -> None:
         _run_hook("codex", actor)
 
 
+@hook_group.group("gemini-cli", invoke_without_command=True)
+@click.option("--actor", metavar="NAME", default="gemini-cli", show_default=True,
+              help="Record writes as agent:NAME.")
+@common_options
+@click.pass_context
+def hook_gemini_cli(ctx: click.Context, actor: str) -> None:
+    """A Gemini CLI hook (settings.json `hooks`): the hook's JSON payload on stdin.
+
+    \b
+    SessionStart                    recorded; the list is printed as additionalContext
+    AfterTool write_todos           the whole list is merged (Gemini 2 models)
+    AfterTool tracker_*             one task is created, changed or linked (the task
+                                    tracker, with experimental.taskTracker)
+    AfterTool (any), BeforeAgent    what others changed since Gemini last saw the list,
+                                    or the whole list when a compression is due
+    PreCompress                     a compression is recorded in the history
+
+    `harness hook gemini-cli install` writes these hooks into .gemini/settings.json.
+    """
+    if ctx.invoked_subcommand is None:
+        _run_hook("gemini-cli", actor)
+
+
 @hook_group.command("opencode")
 @click.option("--actor", metavar="NAME", default="opencode", show_default=True,
               help="Record writes as agent:NAME.")
@@ -137,10 +160,13 @@ def _install_options(fn):  # type: ignore[no-untyped-def]
 
 
 def _install(agent: str, scope: str, dry_run: bool, command: str | None,
-             codex: str | None = None) -> None:
-    from harness.agents.install import codex_config, install
+             codex: str | None = None, task_tools: bool = True) -> None:
+    from harness.agents.install import AGENTS, codex_config, gemini_settings, install
 
     hooks = install(agent, scope=scope, cwd=Path.cwd(), command=command)
+    if agent == "gemini-cli":
+        hooks = gemini_settings(hooks, scope=scope, cwd=Path.cwd(), command=command,
+                                task_tools=task_tools)
     plans = [hooks]
     if agent == "codex":
         plans.append(codex_config(hooks, scope=scope, cwd=Path.cwd(), codex=codex))
@@ -151,7 +177,8 @@ def _install(agent: str, scope: str, dry_run: bool, command: str | None,
             click.echo(f"{plan.path}: already up to date")
         else:
             plan.write()
-            click.echo(f"{plan.path}: {'added the harness hooks' if plan is hooks else 'set'}"
+            hooked = plan is hooks and any(e in AGENTS[agent] for e in plan.events)
+            click.echo(f"{plan.path}: {'added the harness hooks' if hooked else 'set'}"
                        f" ({', '.join(plan.events)})")
     for line in hooks.notes:
         click.echo(f"note: {line}")
@@ -181,6 +208,22 @@ def install_codex(scope: str, dry_run: bool, command: str | None, codex: str | N
     trusted (their hash asked of Codex itself). Other hooks and settings are kept; running
     it again changes nothing. Prints what is left to you, such as trusting the project."""
     _install("codex", scope, dry_run, command, codex)
+
+
+@hook_gemini_cli.command("install")
+@_install_options
+@click.option("--no-task-tools", "task_tools", flag_value=False, default=True,
+              help="Leave Gemini CLI's task tracker off (experimental.taskTracker); a model "
+                   "without write_todos then gets the harness MCP server instead.")
+def install_gemini_cli(scope: str, dry_run: bool, command: str | None,
+                       task_tools: bool) -> None:
+    """Merge the harness hooks into .gemini/settings.json (--project, the default) or
+    ~/.gemini/settings.json (--user; $GEMINI_CLI_HOME/.gemini), and turn on Gemini CLI's
+    task tracker (experimental.taskTracker), which gives its current models task tools:
+    Gemini 3 models have no todo tool otherwise. Other hooks and settings are kept;
+    running it again changes nothing. Prints what it turned on, and what is left to you,
+    such as trusting the folder."""
+    _install("gemini-cli", scope, dry_run, command, task_tools=task_tools)
 
 
 @click.command("watch-codex")

@@ -1,7 +1,7 @@
 """The commands an agent runs on every todo change, without click.
 
-``harness todowrite``, ``todoread``, ``next`` and ``hook claude-code|opencode|codex`` are
-fresh processes each time, and a Claude Code hook runs on every todo call: importing
+``harness todowrite``, ``todoread``, ``next`` and ``hook claude-code|opencode|codex|gemini-cli``
+are fresh processes each time, and a Claude Code hook runs on every todo call: importing
 click, the rest of the CLI and SQLAlchemy cost them most of their time
 (docs/PERFORMANCE.md, "Agent calls"). Here their command lines are read by hand, with the
 global ``--db``/``--session`` anywhere, as click reads them. A line with anything else
@@ -23,8 +23,8 @@ from typing import Any
 from harness.errors import KNOWN_ERRORS, InputError
 
 FLAG = object()  # an option without a value
-TODOWRITE_FORMATS = ("auto", "opencode", "claude", "codex")
-TODOREAD_FORMATS = ("prompt", "json", "opencode", "claude", "codex")
+TODOWRITE_FORMATS = ("auto", "opencode", "claude", "codex", "gemini")
+TODOREAD_FORMATS = ("prompt", "json", "opencode", "claude", "codex", "gemini")
 
 # command words -> {option: FLAG, or the values it may take (None: any)}
 COMMANDS: dict[tuple[str, ...], dict[str, Any]] = {
@@ -35,6 +35,7 @@ COMMANDS: dict[tuple[str, ...], dict[str, Any]] = {
     ("hook", "claude-code"): {"--actor": None},
     ("hook", "opencode"): {"--actor": None},
     ("hook", "codex"): {"--actor": None},
+    ("hook", "gemini-cli"): {"--actor": None},
 }
 GLOBAL = {"--db": "db", "--session": "session", "-s": "session"}
 
@@ -199,7 +200,7 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None) 
 
     def body() -> str | None:
         payload = read_payload(None, f"{agent} hook payload", empty="empty hook payload")
-        if agent in ("claude-code", "codex"):
+        if agent in ("claude-code", "codex", "gemini-cli"):
             # The project's store is found from the project directory, wherever the agent
             # runs the hook from.
             from harness.agents.claude import project_dir
@@ -210,11 +211,15 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None) 
 
             return handle(payload, _harness(db, session_for(payload, session),
                                             announce=False, cwd=where), actor=name)
-        if agent == "codex":
-            from harness.agents.codex import handle as handle_codex
+        if agent in ("codex", "gemini-cli"):
+            # Neither has a task list shared between sessions, as Claude Code has.
             from harness.agents.codex import session_for as codex_session
 
-            return handle_codex(payload, _harness(db, codex_session(payload, session),
+            if agent == "codex":
+                from harness.agents.codex import handle as handle_agent
+            else:
+                from harness.agents.gemini import handle as handle_agent
+            return handle_agent(payload, _harness(db, codex_session(payload, session),
                                                   announce=False, cwd=where), actor=name)
         from harness.agents.opencode import handle as handle_opencode
 

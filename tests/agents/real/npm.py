@@ -24,6 +24,7 @@ from pathlib import Path
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.197", "claude")
 CODEX = ("@openai/codex", "0.171.0", "codex")
 OPENCODE = ("opencode-ai", "1.18.33", "opencode")
+GEMINI_CLI = ("@google/gemini-cli", "0.61.0", "gemini")
 # opencode npm-installs this into every config folder it loads (.opencode/,
 # ~/.config/opencode) at startup; given beforehand, it starts without the registry.
 OPENCODE_PLUGIN = ("@opencode-ai/plugin", "1.18.33")
@@ -107,6 +108,10 @@ def opencode() -> Path:
     return npm_program(*OPENCODE)
 
 
+def gemini_cli() -> Path:
+    return npm_program(*GEMINI_CLI)
+
+
 def opencode_plugin_sdk() -> Path:
     return npm_package(*OPENCODE_PLUGIN)
 
@@ -115,7 +120,8 @@ def install_all() -> int:
     """Every pinned program into the cache; the number that could not be installed."""
     failed = 0
     for install, spec in [(npm_program, CLAUDE_CODE), (npm_program, CODEX),
-                          (npm_program, OPENCODE), (npm_package, OPENCODE_PLUGIN)]:
+                          (npm_program, OPENCODE), (npm_program, GEMINI_CLI),
+                          (npm_package, OPENCODE_PLUGIN)]:
         try:
             install(*spec)
         except Unavailable as exc:
