@@ -57,8 +57,14 @@ from harness.agents.claude_tasks import (
     load_map,
     save_map,
     status_change,
+    task_labels,
 )
-from harness.agents.context_cuts import CONTEXT_EVENTS, context_event, notice_answer
+from harness.agents.context_cuts import (
+    CONTEXT_EVENTS,
+    agent_views,
+    context_event,
+    notice_answer,
+)
 from harness.context import Harness
 from harness.errors import InputError
 from harness.formats import ViewItem
@@ -139,12 +145,12 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         return None
     if event == "UserPromptSubmit":
         files_from_store(harness, payload, actor)
-        return notice_answer(harness, event, actor)
+        return told(harness, event, actor)
     if event != "PostToolUse":
         return None
     tool = payload.get("tool_name")
     if tool in LIST_TOOLS:
-        return notice_answer(harness, event, actor)
+        return told(harness, event, actor)
     if tool not in TODO_TOOLS:
         return None
     tool_input = payload.get("tool_input")
@@ -163,10 +169,16 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
                     payload.get("tool_response"), actor=actor, ref=ref)
     else:
         task_update(harness, sid, task_list(payload), tool_input, actor=actor, ref=ref)
-    return notice_answer(harness, event, actor)
+    return told(harness, event, actor)
 
 
 # -- people's changes, told (harness.agents.notice) -----------------------------------------
+
+def told(harness: Harness, event: str, actor: str) -> str | None:
+    """The notice as ``event``'s answer, each item named as Claude knows it: its task
+    ``#N``, or its place in the list of its last ``TodoWrite``."""
+    return notice_answer(harness, event, actor, task_labels(agent_views(harness), actor))
+
 
 def files_from_store(harness: Harness, payload: Mapping[str, Any], actor: str) -> None:
     """People's changes into the task files of this payload's list (when it has any)."""

@@ -13,8 +13,10 @@ Gemini CLI's tracker tasks are mapped the same way, in a view of their own
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from harness.agents.notice import Labeler, positions
 from harness.formats import ViewItem
 from state.fold import TodoState
 from state.store import Tx
@@ -35,6 +37,31 @@ def load_map(tx: Tx, view_key: str = TASK_VIEW) -> list[ViewItem]:
         except TypeError:
             continue  # a row we cannot read is a task we no longer know
     return out
+
+
+def task_labels(get_view: Callable[[str], Any], actor: str, *, view_key: str = TASK_VIEW,
+                prefix: str = "#") -> Labeler:
+    """How Claude knows a todo, for a notice (:mod:`harness.agents.notice`): ``#3``, its
+    task 3 (the id ``TaskList`` shows and ``TaskUpdate`` takes), else ``item 2``, its place
+    in the list Claude's last ``TodoWrite`` sent. Both views are read on the first call.
+    (Gemini CLI's tracker passes its own map, ``view_key``, and names a task ``task
+    929ca3``; a todo mapped in several sessions takes the latest mapping.)"""
+    tasks: dict[int, str] | None = None
+    in_list = positions(get_view, actor, "item")
+
+    def label(num: int) -> str | None:
+        nonlocal tasks
+        if tasks is None:
+            view = get_view(view_key)
+            rows = view.get("items") if isinstance(view, dict) else None
+            tasks = {}
+            for row in rows if isinstance(rows, list) else []:
+                if (isinstance(row, list) and len(row) > 5 and isinstance(row[0], int)
+                        and isinstance(row[5], str) and ":" in row[5]):
+                    tasks[row[0]] = prefix + row[5].rsplit(":", 1)[1]
+        return tasks.get(num) or in_list(num)
+
+    return label
 
 
 def save_map(tx: Tx, items: list[ViewItem], view_key: str = TASK_VIEW,

@@ -28,7 +28,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.agents.claude import session_for as _claude_session_for
-from harness.agents.context_cuts import CONTEXT_EVENTS, context_event, notice_answer
+from harness.agents.context_cuts import (
+    CONTEXT_EVENTS,
+    agent_views,
+    context_event,
+    notice_answer,
+)
+from harness.agents.notice import positions
 from harness.context import Harness
 from harness.errors import InputError
 
@@ -49,7 +55,7 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     if event in CONTEXT_EVENTS:
         return context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
     if event == "UserPromptSubmit":
-        return notice_answer(harness, event, actor)
+        return told(harness, event, actor)
     if event == "PostToolUse" and payload.get("tool_name") == "update_plan":
         from harness import formats
         from harness.agents.todolist import todowrite
@@ -63,5 +69,11 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         todowrite(harness.store, harness.session(create=True).id, write, actor=actor,
                   sees_response=False, ref=ref)
     if event == "PostToolUse":
-        return notice_answer(harness, event, actor)
+        return told(harness, event, actor)
     return None
+
+
+def told(harness: Harness, event: str, actor: str) -> str | None:
+    """The notice as ``event``'s answer, each item named by its place in Codex's last
+    plan (``step 2``)."""
+    return notice_answer(harness, event, actor, positions(agent_views(harness), actor, "step"))

@@ -15,10 +15,11 @@ same three events with the same fields, handled here by :func:`context_event`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
-from harness.agents.notice import seen_now, take
+from harness.agents.notice import Labeler, seen_now, take
 from harness.context import Harness
 from state.store import Tx
 
@@ -53,11 +54,18 @@ def additional_context(event: str, text: str) -> str:
                                               "additionalContext": text}}, ensure_ascii=False)
 
 
-def notice_answer(harness: Harness, event: str, actor: str) -> str | None:
+def notice_answer(harness: Harness, event: str, actor: str,
+                  label: Labeler | None = None) -> str | None:
     """What others changed since the agent last saw the list, as the answer to ``event``
-    (None: nothing new, and nothing is printed)."""
-    notice = take(harness.store, harness.session(create=True).id, actor)
+    (None: nothing new, and nothing is printed); ``label`` names the items as the agent
+    knows them."""
+    notice = take(harness.store, harness.session(create=True).id, actor, label=label)
     return None if notice is None else additional_context(event, notice.text())
+
+
+def agent_views(harness: Harness) -> Callable[[str], Any]:
+    """The session's agent views by key, read when asked (for a :data:`Labeler`)."""
+    return partial(harness.store.agent_view, harness.session(create=True).id)
 
 
 def restore_block(harness: Harness, tail: str) -> str | None:

@@ -30,11 +30,12 @@ The harness session: ``--session``, else ``HARNESS_SESSION``, else the project d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from harness.agents.context_cuts import additional_context as _additional_context
-from harness.agents.context_cuts import record_cut, restore_block
+from harness.agents.context_cuts import agent_views, record_cut, restore_block
+from harness.agents.notice import Labeler
 from harness.context import Harness
 from harness.errors import InputError
 
@@ -130,8 +131,17 @@ def context_answer(harness: Harness, payload: Mapping[str, Any], event: str,
     owed = harness.store.agent_view(sid, _owed(actor))
     if (isinstance(owed, dict) and owed.get("owed")) or compression_due(payload):
         return whole_list(harness, event, actor)
-    notice = take(harness.store, sid, actor)
+    notice = take(harness.store, sid, actor, label=labels(harness, actor))
     return None if notice is None else additional_context(event, notice.text())
+
+
+def labels(harness: Harness, actor: str = ACTOR) -> Labeler:
+    """How the model knows a todo: ``task 929ca3``, its tracker task, else ``item 2``, its
+    place in the last ``write_todos`` list."""
+    from harness.agents.claude_tasks import task_labels
+    from harness.agents.gemini_tracker import TRACKER_VIEW
+
+    return task_labels(agent_views(harness), actor, view_key=TRACKER_VIEW, prefix="task ")
 
 
 # -- the agent's own writes -----------------------------------------------------------------
@@ -167,26 +177,3 @@ def after_todo_tool(harness: Harness, payload: Mapping[str, Any], tool: str,
 
     with harness.store.write(sid, actor) as tx:
         apply(tx, tool, args, text, str(payload.get("session_id") or ""))
-
-
-def labels(harness: Harness, gemini_session: str, actor: str = ACTOR
-           ) -> Callable[[int], str | None]:
-    """Our todo number -> how the model knows it: its tracker task id, or its place in
-    the last ``write_todos`` list (``item 2``)."""
-    from harness.agents.gemini_tracker import TRACKER_VIEW
-
-    sid = harness.session(create=True).id
-    tracker = harness.store.agent_view(sid, TRACKER_VIEW)
-    listed = harness.store.agent_view(sid, actor)
-    own: dict[int, str] = {}
-    other: dict[int, str] = {}
-    for row in (tracker or {}).get("items") or []:
-        if isinstance(row, list) and len(row) >= 6 and isinstance(row[0], int) and row[5]:
-            session, _, task_id = str(row[5]).rpartition(":")
-            (own if session == gemini_session else other).setdefault(row[0], task_id)
-    places: dict[int, str] = {}
-    if isinstance(listed, dict) and listed.get("format") == "gemini":
-        for i, row in enumerate(listed.get("items") or [], 1):
-            if isinstance(row, list) and row and isinstance(row[0], int):
-                places.setdefault(row[0], f"item {i}")
-    return lambda num: own.get(num) or other.get(num) or places.get(num)

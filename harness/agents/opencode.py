@@ -37,9 +37,12 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     if kind == "session.compacting":
         return compacting(harness, props, actor=actor)
     if kind == "tool.after":
-        from harness.agents.notice import take
+        from harness.agents.context_cuts import agent_views
+        from harness.agents.notice import positions, take
 
-        notice = take(harness.store, harness.session(create=True).id, actor)
+        # Each item named by its place in opencode's last todowrite (``item 2``).
+        notice = take(harness.store, harness.session(create=True).id, actor,
+                      label=positions(agent_views(harness), actor, "item"))
         return notice.text() if notice is not None else None
     from harness.agents.todolist import todowrite
 

@@ -95,8 +95,10 @@ def test_real_transcript_todowrites_through_the_hook(db_path: Path, tmp_path: Pa
             notice = json.loads(r.stdout)["hookSpecificOutput"]
             assert notice["hookEventName"] == "PostToolUse"
             assert notice["additionalContext"].splitlines()[1:] == [
-                "- t5 status 'pending' -> 'blocked' ('licence server down') by human",
-                "- t8 'Ask about the PDK licence' was added by human (pending, high)"]
+                # Named by their place in the last TodoWrite list, when they have one.
+                "- item 5 \"Create iteration 1 constraint and re-synthesize\" (t5): "
+                "status 'pending' -> 'blocked' ('licence server down') by human",
+                "- \"Ask about the PDK licence\" (t8): added by human (pending, high)"]
         else:
             assert r.stdout == b"", (i, r.stdout)
         if i == 2:

@@ -87,9 +87,10 @@ def test_a_persons_change_is_written_into_the_task_file_before_tasklist(
                    tool_response={"tasks": []})
     told = json.loads(hook(db_path, post, env={"CLAUDE_CONFIG_DIR": str(config)}).stdout)
     text = told["hookSpecificOutput"]["additionalContext"]
-    assert "t2 status 'pending' -> 'blocked' ('no GPU quota') by human" in text
-    assert "t1 content 'Regenerate 10K samples with <think> kept' -> 'Regenerate 20K " \
-           "samples'; status 'pending' -> 'completed' by human" in text
+    assert "#2 \"Build the vocab mapping (d2t/t2d)\" (t2): status 'pending' -> 'blocked' " \
+           "('no GPU quota') by human" in text
+    assert "#1 \"Regenerate 10K samples with <think> kept\" (t1): content -> 'Regenerate " \
+           "20K samples'; status 'pending' -> 'completed' by human" in text
 
 
 def test_a_task_file_claude_dropped_is_never_made_again_and_the_task_is_kept(

@@ -93,5 +93,5 @@ def test_a_persons_change_rides_on_the_next_prompt_once(db_path: Path) -> None:
     assert spec["hookEventName"] == "UserPromptSubmit"
     assert spec["additionalContext"] == (
         "todo-harness: the todo list changed since you last saw it:\n"
-        "- t3 priority 'medium' -> 'high' by human")
+        "- step 3 \"Train the drafter\" (t3): priority 'medium' -> 'high' by human")
     assert hook(db_path, prompt).stdout == b""  # told once

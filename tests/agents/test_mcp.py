@@ -443,7 +443,7 @@ def test_run_stage_returns_at_once_and_the_run_goes_on(db_path: Path, tmp_path: 
     assert "no pipeline yet" in no_spec
     assert first["stage"] == "prep" and first["run"] == "r1"
     # The runner moved t2 on meanwhile: the answer leads with that (harness/agents/notice.py).
-    assert "t2 status 'pending' -> 'in_progress' by runner" in started.pop("notice")
+    assert "\"train\" (t2): status 'pending' -> 'in_progress' by runner" in started.pop("notice")
     assert started == {"run": "r2", "stage": "train", "todo": "t2", "host": "local",
                        "state": started["state"], "pipeline": str(spec)}
     assert started["state"] in ("queued", "running")

@@ -27,6 +27,22 @@ class Request:
         """The whole body as one string (for ``in`` checks)."""
         return json.dumps(self.body, ensure_ascii=False)
 
+    @property
+    def plain(self) -> str:
+        """Every string in the body, decoded, one after another (for ``in`` checks on
+        text with quotes in it, which :attr:`text` shows escaped)."""
+        out: list[str] = []
+        stack: list[Any] = [self.body]
+        while stack:
+            value = stack.pop()
+            if isinstance(value, str):
+                out.append(value)
+            elif isinstance(value, dict):
+                stack.extend(reversed(list(value.values())))
+            elif isinstance(value, list):
+                stack.extend(reversed(value))
+        return "\n".join(out)
+
 
 class LocalServer:
     """``with Sub(...) as srv:`` serves ``handler`` on 127.0.0.1 until the block ends."""

@@ -60,8 +60,9 @@ def call(name: str, **args: object) -> Reply:
 
 
 def reminders(req: Request) -> str:
-    """The system reminders of the last user message (where hook context goes)."""
-    return req.last_user_text()
+    """The system reminders of the last user message (where hook context goes), as the
+    model reads them (decoded)."""
+    return Request("", {"messages": req.after_last_turn()}).plain
 
 
 def test_tasks_a_persons_edits_compact_and_resume(tmp_path: Path) -> None:
@@ -96,7 +97,8 @@ def test_tasks_a_persons_edits_compact_and_resume(tmp_path: Path) -> None:
             "#1 [in_progress] Train the drafter, 3 epochs\n#2 [pending] Write the report"]
         told = reminders(after_edit)
         assert "todo-harness: the todo list changed since you last saw it" in told
-        assert "t2 priority 'medium' -> 'high' by human" in told
+        # Each item named as Claude knows it: its task id, and its text.
+        assert "#2 \"Write the report\" (t2): priority 'medium' -> 'high' by human" in told
         assert claude.task_file(sid, "1")["subject"] == "Train the drafter, 3 epochs"
         assert claude.task_file(sid, "1")["status"] == "in_progress"
         # Fix 1: TaskCreated came first without activeForm; PostToolUse's still landed.
@@ -165,8 +167,9 @@ def test_todowrite_era_a_persons_priority_in_the_next_request(tmp_path: Path) ->
         assert r.code == 0, r.stderr
         assert "TodoWrite" in steps.seen[0].tools and "TaskCreate" not in steps.seen[0].tools
         told = reminders(steps.seen[2])
-        assert "t2 priority 'medium' -> 'high' by human" in told
-        assert "t3 'Check the acceptance length' was added by human (pending, high)" in told
+        # Named by its place in the list the last TodoWrite sent, and its text.
+        assert "item 2 \"Write the report\" (t2): priority 'medium' -> 'high' by human" in told
+        assert "\"Check the acceptance length\" (t3): added by human (pending, high)" in told
         assert "priority" not in reminders(steps.seen[1])  # nothing to tell before it
     todos = claude.todos()
     assert [(t.content, t.status, t.priority, t.origin) for t in todos] == [
@@ -209,7 +212,8 @@ def test_mcp_server_through_mcp_config(tmp_path: Path) -> None:
         status = json.loads(steps.seen[3].tool_results()[0])  # the next answer: the notice
         assert status["notice"].startswith(
             "todo-harness: the todo list changed since you last saw it")
-        assert "t2 status 'pending' -> 'blocked' ('no GPU quota') by human" in status["notice"]
+        assert "\"Write the report\" (t2): status 'pending' -> 'blocked' ('no GPU quota') " \
+            "by human" in status["notice"]
         assert "t1 priority" not in status["notice"]  # told once: todoread showed it
     todos = claude.todos()
     assert [(t.content, t.status, t.priority) for t in todos] == [

@@ -146,8 +146,9 @@ def test_a_persons_change_is_in_the_next_request_without_a_cut(codex_run,
         codex_exec(codex, env, project, "make a plan")
         requests = list(srv.requests)
     assert COMPACT_PROMPT not in "".join(r.text for r in requests)
-    before, after = requests[marks["changed"]].text, requests[marks["changed"] + 1].text
-    line = "t2 priority 'medium' -> 'high' by human"
+    before, after = requests[marks["changed"]].plain, requests[marks["changed"] + 1].plain
+    # Named by its place in Codex's plan, and by its text.
+    line = "step 2 \"Build the vocab mapping\" (t2): priority 'medium' -> 'high' by human"
     assert line not in before
     assert "todo-harness: the todo list changed since you last saw it" in after
     assert line in after

@@ -117,10 +117,11 @@ def test_plugin_the_notice_and_a_compaction(opencode_run) -> None:
     assert todos(env) == AFTER_STEP_TWO
     assert hook_log(env) == ""
     # The person's change, in the very next request (appended to todowrite's output).
-    line = "t3 priority 'medium' -> 'high' by human"
-    assert line not in turns[1].text
-    assert "todo-harness: the todo list changed since you last saw it" in turns[2].text
-    assert line in turns[2].text
+    # Named by its place in opencode's list, and by its text.
+    line = "item 3 \"Train the drafter\" (t3): priority 'medium' -> 'high' by human"
+    assert line not in turns[1].plain
+    assert "todo-harness: the todo list changed since you last saw it" in turns[2].plain
+    assert line in turns[2].plain
     # The compaction: the summary is asked for with the list, as the store has it.
     assert len(summaries) == 1
     sent = summaries[0].text
