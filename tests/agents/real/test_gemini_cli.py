@@ -98,9 +98,11 @@ def test_tracker_a_persons_change_a_compression_and_a_resume(tmp_path: Path) -> 
         assert {"tracker_create_task", "tracker_update_task", "tracker_add_dependency"} \
             <= set(tools) and "write_todos" not in tools
         # The person's priority, told on the next tool result the model reads.
-        told = steps.seen[5].last_user_text()
-        assert NOTICE in told and "t3 priority 'medium' → 'high' by human" in told, told
-        assert NOTICE not in steps.seen[4].last_user_text()
+        told = steps.seen[5].plain
+        assert NOTICE in told, told
+        assert f'task {ids[2]} "Train the drafter" (t3): priority \'medium\' → \'high\' ' \
+               "by human" in told, told
+        assert NOTICE not in steps.seen[4].plain
         todos = gemini.todos()
         assert [(t.num, t.content, t.status, t.priority, t.depends_on) for t in todos] == [
             (1, "Regenerate samples", "completed", "medium", []),
@@ -170,8 +172,9 @@ def test_write_todos_on_a_gemini_2_model(tmp_path: Path) -> None:
         assert steps.seen[0].model == "gemini-2.5-flash"
         assert "write_todos" in steps.seen[0].tools
         assert not any(t.startswith("tracker_") for t in steps.seen[0].tools)
-        told = steps.seen[2].last_user_text()
-        assert "t2 priority 'medium' → 'high' by human" in told, told
+        told = steps.seen[2].plain
+        assert "item 2 \"Build the vocab mapping\" (t2): priority 'medium' → 'high' " \
+               "by human" in told, told
     todos = gemini.todos()
     assert [(t.content, t.status, t.priority) for t in todos] == [
         ("Regenerate samples", "completed", "medium"),
