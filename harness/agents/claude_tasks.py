@@ -73,16 +73,16 @@ def save_map(tx: Tx, items: list[ViewItem], view_key: str = TASK_VIEW,
 
 def create_task(tx: Tx, tasks: list[ViewItem], key: str, subject: str, *,
                 active_form: str | None = None, description: str | None = None,
-                status: str = "pending", ts: str | None = None, view_key: str = TASK_VIEW,
-                fmt: str = TASK_FORMAT) -> int | None:
+                status: str = "pending", ts: str | None = None, ref: str | None = None,
+                view_key: str = TASK_VIEW, fmt: str = TASK_FORMAT) -> int | None:
     """A todo for Claude's task ``key``, added to ``tasks`` and the saved map; its
     description, when it says more than the subject, becomes a note. None: the map has
     that task already (one task delivered twice: TaskCreated, then PostToolUse)."""
     if any(v.agent_id == key and v.num in tx.state.todos for v in tasks):
         return None
     todo = tx.create_todo(subject, active_form=active_form, origin="agent", status=status,
-                          ts=ts)
-    note_description(tx, todo.num, subject, description, ts=ts)
+                          ts=ts, ref=ref)
+    note_description(tx, todo.num, subject, description, ts=ts, ref=ref)
     tasks.append(ViewItem(todo.num, subject, status, None, active_form, key))
     save_map(tx, tasks, view_key, fmt)
     return todo.num

@@ -124,7 +124,7 @@ def _create(tx: Tx, args: Mapping[str, Any], task_id: str, gemini_session: str, 
         return None  # the same call delivered twice
     num = _take_up(tx, tasks, title, gemini_session)
     if num is None:
-        num = create_task(tx, tasks, key, title, description=description, ts=ts,
+        num = create_task(tx, tasks, key, title, description=description, ts=ts, ref=ref,
                           view_key=TRACKER_VIEW, fmt=TRACKER_FORMAT)
         assert num is not None
     else:
@@ -167,6 +167,7 @@ def _update(tx: Tx, args: Mapping[str, Any], task_id: str, gemini_session: str, 
                          f"{', '.join(STATUS)})")
     title, description = _texts(args, UPDATE, "title", "description")
     deps = args.get("dependencies")
+    dep_ids = _ids(deps, f"{UPDATE}.dependencies")  # checked before anything changes
     tasks = load_map(tx, TRACKER_VIEW)
     idx = _find(tasks, tx, _key(gemini_session, task_id))
     if idx is None:
@@ -192,7 +193,7 @@ def _update(tx: Tx, args: Mapping[str, Any], task_id: str, gemini_session: str, 
         # person added to another todo stays.
         own = frozenset(v.num for v in tasks if v.num is not None
                         and v.agent_id and v.agent_id.startswith(gemini_session + ":"))
-        wanted = _nums(tasks, tx, gemini_session, _ids(deps, f"{UPDATE}.dependencies"))
+        wanted = _nums(tasks, tx, gemini_session, dep_ids)
         _add_deps(tx, item.num, wanted, ts=ts, ref=ref, drop=own - set(wanted))
     if description is not None:
         note_description(tx, item.num, title or item.content, description, ts=ts, ref=ref)

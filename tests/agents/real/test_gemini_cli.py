@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from state.store import Store
+from tests.agents.real.conftest import harness
 from tests.agents.real.gemini_run import PROJECT, GeminiProject
 from tests.agents.real.gemini_server import SUMMARY, Call, GeminiServer, Reply, Request
 
@@ -131,6 +133,15 @@ def test_tracker_a_persons_change_a_compression_and_a_resume(tmp_path: Path) -> 
     assert cuts == [("startup", None), ("resume", None), ("compact", "auto")]
     assert gemini.hook_log() == ""
     assert api.errors == [] and len(api.requests) < api.max_requests
+    # Gemini CLI's own recording of the session, imported elsewhere, is the same list.
+    [chat] = gemini.chats()
+    other = {**gemini.env, "HARNESS_DB": str(tmp_path / "imported.db")}
+    harness(other, "import", str(chat), "--session", "imported")
+    with Store.open(other["HARNESS_DB"]) as s:
+        row = s.session_by_name("imported")
+        assert row is not None
+        assert [(t.content, t.status, t.depends_on) for t in s.todos(row.id)] == \
+            [(t.content, t.status, t.depends_on) for t in todos[:3]]
 
 
 def test_write_todos_on_a_gemini_2_model(tmp_path: Path) -> None:
