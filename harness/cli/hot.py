@@ -200,6 +200,14 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None) 
 
     def body() -> str | None:
         payload = read_payload(None, f"{agent} hook payload", empty="empty hook payload")
+        if agent == "gemini-cli" and isinstance(payload, dict) \
+                and payload.get("hook_event_name") == "PreCompress":
+            # Before every request to the model: mostly nothing to do, and that is
+            # decided from the transcript alone, without the store.
+            from harness.agents.gemini_compress import compression_due
+
+            if payload.get("trigger") != "manual" and not compression_due(payload):
+                return None
         if agent in ("claude-code", "codex", "gemini-cli"):
             # The project's store is found from the project directory, wherever the agent
             # runs the hook from.
