@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -33,9 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from process_timing import harness_exe  # noqa: E402
+from process_timing import harness_exe, hook_rows, print_hook_table  # noqa: E402
 
-from tests.agents.real.gemini_run import GeminiProject  # noqa: E402
+from tests.agents.real.gemini_run import PROJECT, GeminiProject  # noqa: E402
 from tests.agents.real.gemini_server import Call, GeminiServer, Reply, Request  # noqa: E402
 
 
@@ -84,6 +83,7 @@ def run(tmp: Path, rounds: int, baseline: bool) -> tuple[dict[str, list[float]],
     with GeminiServer(answer, max_requests=limit) as api:
         gemini = GeminiProject(tmp, api, "--command",
                                " ".join([*harness_exe(), "hook", "gemini-cli"]))
+        gemini.harness("session", "new", PROJECT)  # the store made beforehand, as in use
         settings = gemini.home / ".gemini" / "settings.json"
         user = json.loads(settings.read_text())
         user["telemetry"] = {"enabled": True, "target": "local",
@@ -120,30 +120,16 @@ def main() -> None:
             where = Path(tmp) / name
             where.mkdir()
             results[name], wall[name] = run(where, args.rounds, baseline)
-    rows = []
-    for event in sorted(set(results["harness"]) & set(results["baseline"])):
-        ours, base = results["harness"][event], results["baseline"][event]
-        mo, mb = statistics.median(ours), statistics.median(base)
-        rows.append({"hook": event, "n": len(ours), "harness_ms": round(mo, 1),
-                     "baseline_ms": round(mb, 1), "ratio": round(mo / mb, 2) if mb else None})
-    every = [x for v in results["harness"].values() for x in v]
-    every_base = [x for v in results["baseline"].values() for x in v]
-    rows.append({"hook": "all hooks", "n": len(every),
-                 "harness_ms": round(statistics.median(every), 1),
-                 "baseline_ms": round(statistics.median(every_base), 1),
-                 "ratio": round(statistics.median(every) / statistics.median(every_base), 2)})
+    rows = hook_rows(results)
     rows.append({"hook": "whole run (ms)", "n": 1, "harness_ms": round(wall["harness"] * 1000),
                  "baseline_ms": round(wall["baseline"] * 1000),
                  "ratio": round(wall["harness"] / wall["baseline"], 2)})
     if args.json:
         print(json.dumps({"rounds": args.rounds, "rows": rows}, indent=2))
         return
-    print(f"Gemini CLI hook latency (Gemini CLI's own timing), median ms, {args.rounds} rounds "
-          f"(baseline: the same hooks as `cat >/dev/null`)")
-    print(f"{'hook':16} {'n':>4} {'harness':>9} {'baseline':>9} {'ratio':>6}")
-    for r in rows:
-        print(f"{r['hook']:16} {r['n']:>4} {r['harness_ms']:>9} {r['baseline_ms']:>9} "
-              f"{r['ratio']:>6}")
+    print_hook_table(f"Gemini CLI hook latency (Gemini CLI's own timing), median ms, "
+                     f"{args.rounds} rounds (baseline: the same hooks as `cat >/dev/null`)",
+                     rows)
 
 
 if __name__ == "__main__":
