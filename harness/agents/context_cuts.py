@@ -29,10 +29,11 @@ SESSION_SOURCES = ("startup", "resume", "clear", "compact")
 
 
 def context_event(harness: Harness, payload: Mapping[str, Any], *, actor: str,
-                  tail: str) -> str | None:
+                  tail: str, hint: str | None = None) -> str | None:
     """A ``SessionStart`` (``source`` startup, resume, clear or compact) or a
     ``PreCompact``/``PostCompact`` (``trigger`` manual or auto) hook: the cut is recorded;
-    ``SessionStart`` answers with the list as ``additionalContext`` (None: nothing to say)."""
+    ``SessionStart`` answers with ``hint`` (how to keep the plan) and the list as
+    ``additionalContext`` (None: nothing to say)."""
     event = payload.get("hook_event_name")
     if event == "SessionStart":
         source = payload.get("source")
@@ -41,9 +42,10 @@ def context_event(harness: Harness, payload: Mapping[str, Any], *, actor: str,
         block = restore_block(harness, tail)
         # The answer is the whole list: what others changed before it is not news.
         seen_now(harness.store, harness.session(create=True).id, actor)
-        if block is None:
+        text = "\n\n".join(part for part in (hint, block) if part)
+        if not text:
             return None  # nothing to restore; say nothing rather than add noise
-        return additional_context("SessionStart", block)
+        return additional_context("SessionStart", text)
     record_cut(harness, payload, "compact", actor=actor, phase=str(event))
     return None
 

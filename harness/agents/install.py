@@ -12,6 +12,9 @@ command hook running ``harness hook AGENT`` (however it is spelt: a path, a
 ``HARNESS_SESSION=...`` prefix) is left as it is; the others get a group of their own
 appended. So installing twice changes nothing, and an older install gains the events it
 lacks. The file is written whole, beside itself and renamed into place.
+
+For Claude Code the same settings file also turns its todo tools on and lets the harness
+MCP server's todo tools run, and the server is registered (:mod:`harness.agents.claude_install`).
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import InputError, UsageError
 from harness.paths import codex_home, gemini_dir
+
+if TYPE_CHECKING:
+    from harness.agents.claude_install import SettingsChange
 
 # event -> matcher (None: the event takes none, or we want every occurrence)
 CLAUDE_EVENTS: dict[str, str | None] = {
@@ -68,10 +74,13 @@ class InstallPlan:
     after: str
     events: list[str]  # the events that gain a harness hook
     notes: list[str] = field(default_factory=list)
+    settings: list[str] = field(default_factory=list)  # other settings set
+    action: str = "set"  # what gaining ``events`` is called
+    claude: SettingsChange | None = None  # Claude Code: its todo tools, the MCP server
 
     @property
     def changed(self) -> bool:
-        return bool(self.events)
+        return bool(self.events or self.settings)
 
     @property
     def diff(self) -> str:
@@ -111,19 +120,38 @@ def settings_path(agent: str, scope: str, cwd: Path) -> Path:
     return cwd / ".codex" / "hooks.json"
 
 
-def default_command(agent: str) -> str:
-    """How the agent should run this harness: ``harness`` when that is the one on PATH,
+def harness_argv() -> list[str]:
+    """How an agent should run this harness: ``harness`` when that is the one on PATH,
     else this harness by its full path (a virtualenv the agent's shell does not see)."""
     here = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     found = shutil.which("harness")
     if found and here is not None and Path(found).resolve() == here:
-        return f"harness hook {agent}"
+        return ["harness"]
     if here is not None and here.name == "harness" and here.is_file():
-        return f"{shlex.quote(str(here))} hook {agent}"
-    return f"{shlex.quote(sys.executable)} -m harness hook {agent}"
+        return [str(here)]
+    return [sys.executable, "-m", "harness"]
 
 
-def _ours(hook: Any, agent: str) -> bool:
+def default_command(agent: str) -> str:
+    return shlex.join([*harness_argv(), "hook", agent])
+
+
+def command_argv(command: str | None, agent: str) -> list[str]:
+    """This harness as the hooks' ``command`` runs it (``--command``'s words before
+    ``hook AGENT``; a shell prefix such as ``VAR=x`` is dropped), else :func:`harness_argv`."""
+    if command:
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = []
+        if words[-2:] == ["hook", agent]:
+            words = [w for w in words[:-2] if not re.match(r"^\w+=", w)]
+            if words:
+                return words
+    return harness_argv()
+
+
+def is_ours(hook: Any, agent: str) -> bool:
     return (isinstance(hook, dict) and isinstance(hook.get("command"), str)
             and re.search(rf"\bhook\s+{re.escape(agent)}\b", hook["command"]) is not None)
 
@@ -138,7 +166,7 @@ def _narrow_matchers(hooks: dict[str, Any], agent: str) -> list[str]:
             continue
         for group in hooks.get(event) or []:
             if not (isinstance(group, dict) and isinstance(group.get("hooks"), list)
-                    and any(_ours(h, agent) for h in group["hooks"])):
+                    and any(is_ours(h, agent) for h in group["hooks"])):
                 continue
             have = str(group.get("matcher") or "")
             missing = [t for t in matcher.split("|") if have and have != "*"
@@ -149,13 +177,8 @@ def _narrow_matchers(hooks: dict[str, Any], agent: str) -> list[str]:
     return notes
 
 
-def install(agent: str, *, scope: str = "project", cwd: Path, command: str | None = None,
-            path: Path | None = None) -> InstallPlan:
-    """What installing the hooks would make of the settings file (write it with
-    :meth:`InstallPlan.write`)."""
-    if agent not in AGENTS:
-        raise UsageError(f"unknown agent {agent!r} (expected {', '.join(AGENTS)})")
-    path = path or settings_path(agent, scope, cwd)
+def read_json(path: Path) -> tuple[str | None, dict[str, Any]]:
+    """A JSON settings file: its text (None: it does not exist) and its object."""
     where = str(path)
     try:
         before: str | None = path.read_text(encoding="utf-8")
@@ -174,6 +197,25 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
     if not isinstance(doc, dict):
         raise InputError(f"the settings are a {type(doc).__name__}, not a JSON object",
                          where=where)
+    return before, doc
+
+
+def _dumped(doc: dict[str, Any], before: str | None, changed: bool) -> str:
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if changed else (before or "")
+
+
+def install(agent: str, *, scope: str = "project", cwd: Path, command: str | None = None,
+            path: Path | None = None, todo_tools: bool = True,
+            mcp: bool = False) -> InstallPlan:
+    """What installing the hooks would make of the settings file (write it with
+    :meth:`InstallPlan.write`); for Claude Code also its todo-tools switch (unless not
+    ``todo_tools``), and the harness MCP server's permissions where the server is wanted
+    (``plan.claude.wants_mcp``: the todo tools stay off, or ``mcp``)."""
+    if agent not in AGENTS:
+        raise UsageError(f"unknown agent {agent!r} (expected {', '.join(AGENTS)})")
+    path = path or settings_path(agent, scope, cwd)
+    where = str(path)
+    before, doc = read_json(path)
     hooks = doc.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise InputError("`hooks` is not an object", where=where)
@@ -186,7 +228,7 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
         if not isinstance(groups, list):
             raise InputError(f"`hooks.{event}` is not a list", where=where)
         if any(isinstance(g, dict) and isinstance(g.get("hooks"), list)
-               and any(_ours(h, agent) for h in g["hooks"]) for g in groups):
+               and any(is_ours(h, agent) for h in g["hooks"]) for g in groups):
             continue
         group: dict[str, Any] = {"matcher": matcher} if matcher else {}
         hook: dict[str, Any] = {"type": "command", "command": cmd}
@@ -195,12 +237,34 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
         group["hooks"] = [hook]
         groups.append(group)
         added.append(event)
-    after = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if added else (before or "")
     notes = _narrow_matchers(hooks, agent)
-    return InstallPlan(path=path, before=before, after=after, events=added, notes=notes)
+    claude = None
+    if agent == "claude-code":
+        from harness.agents.claude_install import settings_changes
+
+        claude = settings_changes(doc, scope=scope, todo_tools=todo_tools, mcp=mcp,
+                                  where=where)
+        notes += claude.notes
+    settings = claude.changes if claude is not None else []
+    return InstallPlan(path=path, before=before,
+                       after=_dumped(doc, before, bool(added or settings)), events=added,
+                       notes=notes, settings=settings, action="added the harness hooks",
+                       claude=claude)
 
 
-def _ours_keys(hooks_text: str, agent: str) -> set[str]:
+def claude_mcp(*, scope: str, cwd: Path, command: str | None = None) -> InstallPlan:
+    """The harness MCP server registered where Claude Code reads MCP servers
+    (:func:`harness.agents.claude_install.mcp_config_path`)."""
+    from harness.agents.claude_install import mcp_config_path, mcp_servers_change
+
+    path = mcp_config_path(scope, cwd)
+    before, doc = read_json(path)
+    changes = mcp_servers_change(doc, command_argv(command, "claude-code"), where=str(path))
+    return InstallPlan(path=path, before=before, after=_dumped(doc, before, bool(changes)),
+                       events=changes, action="registered the harness MCP server")
+
+
+def ours_keys(hooks_text: str, agent: str) -> set[str]:
     """Codex's relative keys (``post_tool_use:0:0``) of our hooks in a hooks file."""
     doc = json.loads(hooks_text) if hooks_text.strip() else {}
     keys = set()
@@ -209,7 +273,7 @@ def _ours_keys(hooks_text: str, agent: str) -> set[str]:
         for gi, group in enumerate(groups if isinstance(groups, list) else []):
             hooks = group.get("hooks") if isinstance(group, dict) else None
             for hi, hook in enumerate(hooks if isinstance(hooks, list) else []):
-                if _ours(hook, agent):
+                if is_ours(hook, agent):
                     keys.add(f"{snake}:{gi}:{hi}")
     return keys
 
@@ -242,7 +306,7 @@ def codex_config(hooks: InstallPlan, *, scope: str, cwd: Path,
             hashes = {}
             notes.append(f"could not ask Codex for the hooks' hashes ({exc}); trust them "
                          "in Codex (/hooks)")
-        mine = _ours_keys(hooks.after, "codex")
+        mine = ours_keys(hooks.after, "codex")
         if hashes and not mine <= set(hashes):
             notes.append(f"{program} did not list every harness hook; trust them in Codex "
                          "(/hooks)")
@@ -278,32 +342,6 @@ def _gemini_2(model: Any) -> bool:
     return isinstance(model, str) and re.match(r"gemini-2(\.|$)", model) is not None
 
 
-def _mcp_server(hook_command: str) -> dict[str, Any]:
-    """``harness mcp`` as an MCP server entry, from the hook's command line (the same
-    harness, the same ``VAR=value`` prefix as environment)."""
-    argv = shlex.split(hook_command)
-    env = {}
-    while argv and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", argv[0]):
-        name, _, value = argv.pop(0).partition("=")
-        env[name] = value
-    if argv[-2:] == ["hook", "gemini-cli"]:
-        argv = argv[:-2]
-    if not argv:
-        raise UsageError(f"cannot make an MCP server command of {hook_command!r}")
-    entry: dict[str, Any] = {"command": argv[0], "args": [*argv[1:], "mcp"]}
-    if env:
-        entry["env"] = env
-    return entry
-
-
-def _our_mcp(server: Any) -> bool:
-    """An MCP server entry that runs ``harness ... mcp``."""
-    if not isinstance(server, dict) or not isinstance(server.get("args"), list):
-        return False
-    words = [str(server.get("command", "")), *map(str, server["args"])]
-    return words[-1:] == ["mcp"] and any("harness" in w for w in words)
-
-
 def _trusted(cwd: Path) -> bool:
     """Whether Gemini CLI trusts ``cwd`` (``trustedFolders.json``: the longest rule that
     covers it decides; ``TRUST_PARENT`` trusts the rule's parent folder)."""
@@ -324,41 +362,39 @@ def gemini_settings(hooks: InstallPlan, *, scope: str, cwd: Path, command: str |
                     task_tools: bool) -> InstallPlan:
     """The hooks' plan, with what else Gemini CLI needs in the same file: the task tracker
     (the model's todo tool) on, or, with ``task_tools`` False and no ``write_todos`` for
-    the configured model, the harness MCP server."""
+    the configured model, the harness MCP server (``harness mcp --agent gemini-cli``,
+    serving the todo tools: it writes as the hooks do, to their session)."""
+    from harness.agents.claude_install import mcp_servers_change
+
     where = str(hooks.path)
     doc = json.loads(hooks.after) if hooks.after.strip() else {}
-    events = list(hooks.events)
+    settings = list(hooks.settings)
     notes = list(hooks.notes)
+    experimental = doc.get("experimental")
+    if experimental is not None and not isinstance(experimental, dict):
+        raise InputError("`experimental` is not an object", where=where)
+    tracker_on = isinstance(experimental, dict) and experimental.get("taskTracker") is True
     if task_tools:
-        experimental = doc.setdefault("experimental", {})
-        if not isinstance(experimental, dict):
-            raise InputError("`experimental` is not an object", where=where)
-        if experimental.get("taskTracker") is not True:
-            experimental["taskTracker"] = True
-            events.append("experimental.taskTracker")
+        if not tracker_on:
+            doc.setdefault("experimental", {})["taskTracker"] = True
+            settings.append("experimental.taskTracker")
             notes.append(TRACKER_NOTE)
     else:
         model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
-        servers = doc.get("mcpServers", {})
-        if not isinstance(servers, dict):
-            raise InputError("`mcpServers` is not an object", where=where)
-        if isinstance(doc.get("experimental"), dict) \
-                and doc["experimental"].get("taskTracker") is True:
+        if tracker_on:
             notes.append("the task tracker is on in these settings already: its tools are "
                          "the model's, and the hooks follow them (no MCP server added)")
         elif _gemini_2(model.get("name")):
             notes.append(f"{model['name']} has Gemini CLI's write_todos, which the hooks "
                          "follow: no MCP server added")
-        elif not any(_our_mcp(s) for s in servers.values()):
-            doc["mcpServers"] = {**servers,
-                                 "harness": _mcp_server(command
-                                                        or default_command("gemini-cli"))}
-            events.append("mcpServers.harness")
+        else:
+            settings += mcp_servers_change(doc, command_argv(command, "gemini-cli"),
+                                           where=where, agent="gemini-cli")
     if scope == "project" and not _trusted(cwd):
         notes.append(f"Gemini CLI reads {hooks.path.parent.name}/settings.json only in a "
                      f"trusted folder: trust {cwd} when Gemini CLI asks (or run it with "
                      "--skip-trust, or GEMINI_CLI_TRUST_WORKSPACE=true, headless)")
-    after = json.dumps(doc, indent=2, ensure_ascii=False) + "\n" if events \
-        else (hooks.before or "")
-    return InstallPlan(path=hooks.path, before=hooks.before, after=after, events=events,
-                       notes=notes)
+    return InstallPlan(path=hooks.path, before=hooks.before,
+                       after=_dumped(doc, hooks.before, bool(hooks.events or settings)),
+                       events=hooks.events, notes=notes, settings=settings,
+                       action=hooks.action)

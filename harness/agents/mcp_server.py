@@ -80,7 +80,7 @@ class HarnessMCP:
     """One server: a Harness (store and session), the tools, and the resources."""
 
     def __init__(self, harness: Harness, *, actor: str | None = None,
-                 tools: dict[str, ToolSpec] | None = None):
+                 tools: dict[str, ToolSpec] | None = None, instructions: str = INSTRUCTIONS):
         self.harness = harness
         self.actor_override = actor
         self.tools = tools if tools is not None else dict(TOOLS)
@@ -88,7 +88,7 @@ class HarnessMCP:
         self.server: Server[Any] = Server(
             SERVER_NAME, version=__version__, title="todo-harness",
             description="A durable, replayable todo list and pipeline runner for agents.",
-            instructions=INSTRUCTIONS,
+            instructions=instructions,
             on_list_tools=self._list_tools, on_call_tool=self._call_tool,
             on_list_resources=self._list_resources,
             on_list_resource_templates=self._list_templates,
@@ -204,6 +204,7 @@ class HarnessMCP:
 
 
 def serve(harness: Harness, *, actor: str | None = None,
-          tools: dict[str, ToolSpec] | None = None) -> None:
+          tools: dict[str, ToolSpec] | None = None, instructions: str = INSTRUCTIONS) -> None:
     """Serve on stdin/stdout until the client closes the connection."""
-    anyio.run(HarnessMCP(harness, actor=actor, tools=tools).serve_stdio)
+    anyio.run(HarnessMCP(harness, actor=actor, tools=tools,
+                         instructions=instructions).serve_stdio)

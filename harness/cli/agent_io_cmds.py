@@ -8,6 +8,7 @@ The MCP SDK is imported only when `harness mcp` runs; the hooks themselves run t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +16,9 @@ from harness.cli import hot
 from harness.cli.common import common_options, harness
 from harness.errors import InputError
 from harness.paths import codex_home
+
+if TYPE_CHECKING:
+    from harness.agents.install import InstallPlan
 
 
 @click.command("mcp")
@@ -24,8 +28,13 @@ from harness.paths import codex_home
 @click.option("--tools", metavar="A,B,C",
               help="Serve only these tools (their schemas cost the agent's context; see "
                    "docs/PERFORMANCE.md). Default: all.")
+@click.option("--agent", type=click.Choice(["claude-code", "codex", "gemini-cli"]),
+              help="Serve beside this agent's hooks: write as agent:AGENT, to the session "
+                   "its hooks use (found from the project directory, CLAUDE_PROJECT_DIR or "
+                   "here, as they find it). `harness hook claude-code install` registers "
+                   "the server so.")
 @common_options
-def mcp_cmd(actor: str | None, tools: str | None) -> None:
+def mcp_cmd(actor: str | None, tools: str | None, agent: str | None) -> None:
     """Serve the harness to an agent over MCP (stdio).
 
     Tools: todowrite, todoread, todo_update, claim_next, pipeline_status, run_stage,
@@ -44,7 +53,23 @@ def mcp_cmd(actor: str | None, tools: str | None) -> None:
     from harness.agents.tools import select_tools
 
     chosen = select_tools(tools)  # a bad name fails here, before the server starts
-    serve(harness(announce=False), actor=actor, tools=chosen)
+    if agent is None:
+        serve(harness(announce=False), actor=actor, tools=chosen)
+        return
+    from harness.agents.claude import project_dir
+    from harness.agents.claude import session_for as claude_session
+    from harness.agents.claude_install import MCP_INSTRUCTIONS
+    from harness.agents.codex import session_for as codex_session
+    from harness.agents.mcp_server import INSTRUCTIONS
+    from harness.context import Harness
+
+    meta = click.get_current_context().find_root().meta
+    payload = {"cwd": str(Path.cwd())}  # what a hook payload says of the project
+    pick = claude_session if agent == "claude-code" else codex_session
+    serve(Harness(meta.get("harness.db"), pick(payload, meta.get("harness.session")),
+                  announce=False, cwd=project_dir(payload)),
+          actor=actor or agent, tools=chosen,
+          instructions=INSTRUCTIONS + (MCP_INSTRUCTIONS if agent == "claude-code" else ""))
 
 
 @click.group("hook")
@@ -160,16 +185,20 @@ def _install_options(fn):  # type: ignore[no-untyped-def]
 
 
 def _install(agent: str, scope: str, dry_run: bool, command: str | None,
-             codex: str | None = None, task_tools: bool = True) -> None:
-    from harness.agents.install import AGENTS, codex_config, gemini_settings, install
+             codex: str | None = None, todo_tools: bool = True, mcp: bool = False) -> None:
+    from harness.agents.install import claude_mcp, codex_config, gemini_settings, install
 
-    hooks = install(agent, scope=scope, cwd=Path.cwd(), command=command)
+    cwd = Path.cwd()
+    hooks = install(agent, scope=scope, cwd=cwd, command=command, todo_tools=todo_tools,
+                    mcp=mcp)
     if agent == "gemini-cli":
-        hooks = gemini_settings(hooks, scope=scope, cwd=Path.cwd(), command=command,
-                                task_tools=task_tools)
+        hooks = gemini_settings(hooks, scope=scope, cwd=cwd, command=command,
+                                task_tools=todo_tools)
     plans = [hooks]
     if agent == "codex":
-        plans.append(codex_config(hooks, scope=scope, cwd=Path.cwd(), codex=codex))
+        plans.append(codex_config(hooks, scope=scope, cwd=cwd, codex=codex))
+    elif hooks.claude is not None and hooks.claude.wants_mcp:
+        plans.append(claude_mcp(scope=scope, cwd=cwd, command=command))
     for plan in plans:
         if dry_run:
             click.echo(plan.diff or f"{plan.path}: already up to date (nothing to change)")
@@ -177,23 +206,59 @@ def _install(agent: str, scope: str, dry_run: bool, command: str | None,
             click.echo(f"{plan.path}: already up to date")
         else:
             plan.write()
-            hooked = plan is hooks and any(e in AGENTS[agent] for e in plan.events)
-            click.echo(f"{plan.path}: {'added the harness hooks' if hooked else 'set'}"
-                       f" ({', '.join(plan.events)})")
+            done = []
+            if plan.events:
+                done.append(f"{plan.action} ({', '.join(plan.events)})")
+            if plan.settings:
+                done.append(f"set {', '.join(plan.settings)}")
+            click.echo(f"{plan.path}: {'; '.join(done)}")
     for line in hooks.notes:
         click.echo(f"note: {line}")
+    if agent == "claude-code":
+        click.echo(_todo_tools_line(hooks, plans[1] if len(plans) > 1 else None, dry_run))
     for plan in plans[1:]:  # what install could not do for the person
         for line in plan.notes:
             click.echo(f"{'still to do' if not dry_run else 'then still to do'}: {line}")
 
 
+def _todo_tools_line(hooks: InstallPlan, mcp: InstallPlan | None, dry_run: bool) -> str:
+    """The one line that says what was done about Claude Code's todo tools, and why."""
+    from harness.agents.claude_install import MCP_TODOWRITE, TODO_TOOLS_ENV, WHY_ON
+
+    claude = hooks.claude
+    assert claude is not None
+    server = f" (the harness MCP server, in {mcp.path})" if mcp is not None else ""
+    if claude.tools_on:
+        how = "would turn on" if dry_run and claude.tools == "turned on" else claude.tools
+        return (f"todo tools: {how} ({TODO_TOOLS_ENV}=1 in {hooks.path}), because {WHY_ON}"
+                f"{'; ' + MCP_TODOWRITE + ' too' + server if mcp is not None else ''}. "
+                "--no-todo-tools leaves them off and registers the harness MCP server instead.")
+    return (f"todo tools: left off ({claude.tools}): on today's models the model keeps its "
+            f"plan with {MCP_TODOWRITE}{server}, as the SessionStart hook tells it.")
+
+
 @hook_claude_code.command("install")
 @_install_options
-def install_claude_code(scope: str, dry_run: bool, command: str | None) -> None:
+@click.option("--no-todo-tools", "todo_tools", flag_value=False, default=True,
+              help="Leave Claude Code's todo tools as they are (off on today's models): "
+                   "the model then keeps its plan through the harness MCP server, which is "
+                   "registered.")
+@click.option("--mcp", is_flag=True,
+              help="Register the harness MCP server even with the todo tools on.")
+def install_claude_code(scope: str, dry_run: bool, command: str | None,
+                        todo_tools: bool, mcp: bool) -> None:
     """Merge the harness hooks into .claude/settings.json (--project, the default) or
-    ~/.claude/settings.json (--user). Other hooks and settings are kept; running it again
-    changes nothing."""
-    _install("claude-code", scope, dry_run, command)
+    ~/.claude/settings.json (--user), and let the model write todos there.
+
+    \b
+    In the same file: env CLAUDE_CODE_ENABLE_TODO_TOOLS=1 (Claude Code 2.1.233 and
+    later give today's models no todo tools without it; --no-todo-tools leaves it off),
+    the harness MCP server's todowrite and todoread allowed, and (--project) the
+    server enabled. The server itself is registered as `harness mcp --agent
+    claude-code` in .mcp.json (--project) or the user's .claude.json (--user).
+    Other hooks and settings are kept; running it again changes nothing; --dry-run
+    shows the diff."""
+    _install("claude-code", scope, dry_run, command, todo_tools=todo_tools, mcp=mcp)
 
 
 @hook_codex.command("install")
@@ -223,7 +288,7 @@ def install_gemini_cli(scope: str, dry_run: bool, command: str | None,
     Gemini 3 models have no todo tool otherwise. Other hooks and settings are kept;
     running it again changes nothing. Prints what it turned on, and what is left to you,
     such as trusting the folder."""
-    _install("gemini-cli", scope, dry_run, command, task_tools=task_tools)
+    _install("gemini-cli", scope, dry_run, command, todo_tools=task_tools)
 
 
 @click.command("watch-codex")
@@ -261,7 +326,37 @@ def watch_codex(directory: Path | None, interval: float, once: bool, backfill: b
     watcher.run(interval, passes=1 if once else None)
 
 
+@click.command("doctor")
+@click.option("--agent", "agents", multiple=True, metavar="NAME",
+              help="Only this agent (claude-code, codex, opencode); repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+def doctor(agents: tuple[str, ...], as_json: bool) -> None:
+    """For each agent program found here (Claude Code, Codex, opencode): whether its
+    model can write todos, whether the harness sees them, and what to set if not.
+
+    Reads the agents' settings for this directory (nothing is changed, no agent is
+    started). Claude Code 2.1.233 and later give today's models no todo tools unless
+    CLAUDE_CODE_ENABLE_TODO_TOOLS=1; `harness hook claude-code install` sets it. Exit
+    status 1 when an agent found needs something done.
+    """
+    from harness.agents.doctor import CHECKS, diagnose, render
+    from harness.cli.common import emit_json
+
+    unknown = [a for a in agents if a not in CHECKS]
+    if unknown:
+        raise click.BadParameter(f"unknown agent {unknown[0]!r} (known: {', '.join(CHECKS)})",
+                                 param_hint="--agent")
+    findings = diagnose(Path.cwd(), list(agents) or None)
+    if as_json:
+        emit_json([f.as_json() for f in findings])
+    else:
+        click.echo(render(findings))
+    if not all(f.ok for f in findings):
+        raise click.exceptions.Exit(1)
+
+
 def register(cli: click.Group) -> None:
+    cli.add_command(doctor)
     cli.add_command(mcp_cmd)
     cli.add_command(hook_group)
     cli.add_command(watch_codex)

@@ -41,6 +41,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Look after the store: its schema, its size, moving it to another database."),
     "depend": ("todo_cmds", "depend",
         "Set what todo ID waits for (no DEP clears it). Cycles are refused."),
+    "doctor": ("agent_io_cmds", "doctor",
+        "For each agent program found here (Claude Code, Codex, opencode): whether its model "
+        "can write todos, whether the harness sees them, and what to set if not."),
     "done": ("todo_cmds", "done",
         "Mark todo ID completed."),
     "edit": ("todo_cmds", "edit",

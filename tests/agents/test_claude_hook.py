@@ -170,6 +170,27 @@ def test_session_start_on_an_empty_list_says_nothing(db_path: Path) -> None:
     assert r.returncode == 0 and r.stdout == b""
 
 
+def test_session_start_points_to_the_mcp_server_when_the_todo_tools_may_be_off(
+        db_path: Path, tmp_path: Path) -> None:
+    """With no CLAUDE_CODE_ENABLE_TODO_TOOLS and the harness server registered, the model
+    is told to keep its plan with mcp__harness__todowrite, and how to load it."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    env = {"HOME": str(tmp_path / "home"), "CLAUDE_CONFIG_DIR": "",
+           "CLAUDE_CODE_ENABLE_TODO_TOOLS": ""}
+    start = base(hook_event_name="SessionStart", source="startup", cwd=str(project))
+    assert hook(db_path, start, env=env).stdout == b""  # no server: nothing to point at
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"harness": {
+        "command": "harness", "args": ["mcp", "--agent", "claude-code"]}}}))
+    told = json.loads(hook(db_path, start, env=env).stdout)["hookSpecificOutput"]
+    assert "If you have no TaskCreate or TodoWrite tool, keep your plan with " \
+           "mcp__harness__todowrite" in told["additionalContext"]
+    assert 'ToolSearch with query "select:mcp__harness__todowrite"' in \
+        told["additionalContext"]
+    switched = {**env, "CLAUDE_CODE_ENABLE_TODO_TOOLS": "1"}
+    assert hook(db_path, start, env=switched).stdout == b""  # the tools are on
+
+
 def test_task_tools_create_update_delete_and_depend(db_path: Path) -> None:
     s1 = "11111111-aaaa"
     steps = [

@@ -43,8 +43,17 @@ def test_claude_code_install_keeps_other_hooks_and_is_idempotent(tmp_path: Path)
     assert r.returncode == 0, r.stderr
     assert "added the harness hooks (PostToolUse, PreToolUse, UserPromptSubmit, TaskCreated, " \
            "TaskCompleted, PreCompact, PostCompact, SessionStart)" in r.stdout.decode()
+    out = r.stdout.decode()
     doc = json.loads(settings.read_text())
+    # Theirs kept; ours beside it: the hooks and the todo-tools switch. With the tools on,
+    # no MCP server (it would cost context for a list the hooks keep).
     assert doc["permissions"] == THEIRS["permissions"]
+    assert doc["env"] == {"CLAUDE_CODE_ENABLE_TODO_TOOLS": "1"}
+    assert "enabledMcpjsonServers" not in doc and not (tmp_path / ".mcp.json").exists()
+    told = [line for line in out.splitlines() if line.startswith("todo tools:")]
+    assert len(told) == 1 and told[0].startswith(
+        f"todo tools: turned on (CLAUDE_CODE_ENABLE_TODO_TOOLS=1 in {settings}), because "
+        "Claude Code 2.1.233 and later give today's models")
     hooks = doc["hooks"]
     assert hooks["Stop"] == THEIRS["hooks"]["Stop"]
     assert hooks["PostToolUse"][0] == THEIRS["hooks"]["PostToolUse"][0]
@@ -60,9 +69,65 @@ def test_claude_code_install_keeps_other_hooks_and_is_idempotent(tmp_path: Path)
     after = settings.read_text()
     again = install("claude-code", tmp_path)
     assert again.returncode == 0 and b"already up to date" in again.stdout
+    assert b"todo tools: already on" in again.stdout
     assert settings.read_text() == after
     dry = install("claude-code", tmp_path, "--dry-run")
     assert b"already up to date (nothing to change)" in dry.stdout
+
+
+def test_no_todo_tools_leaves_the_switch_off_and_registers_the_mcp_server(
+        tmp_path: Path) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    dry = install("claude-code", tmp_path, "--dry-run").stdout.decode()
+    assert '+    "CLAUDE_CODE_ENABLE_TODO_TOOLS": "1"' in dry and ".mcp.json" not in dry
+    assert "todo tools: would turn on" in dry and not settings.exists()
+    dry = install("claude-code", tmp_path, "--dry-run", "--no-todo-tools").stdout.decode()
+    assert "CLAUDE_CODE_ENABLE_TODO_TOOLS" not in dry.split("todo tools:")[0]
+    assert f"+++ {tmp_path / '.mcp.json'}" in dry and '+        "claude-code",' in dry
+    assert not settings.exists() and not (tmp_path / ".mcp.json").exists()
+    r = install("claude-code", tmp_path, "--no-todo-tools")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    doc = json.loads(settings.read_text())
+    assert "env" not in doc and doc["enabledMcpjsonServers"] == ["harness"]
+    assert doc["permissions"]["allow"] == ["mcp__harness__todowrite", "mcp__harness__todoread",
+                                           "mcp__harness__todo_update"]
+    server = json.loads((tmp_path / ".mcp.json").read_text())["mcpServers"]["harness"]
+    assert server["type"] == "stdio" and server["args"][-5:] == [
+        "mcp", "--agent", "claude-code", "--tools", "todowrite,todoread,todo_update"]
+    assert f"{tmp_path / '.mcp.json'}: registered the harness MCP server " \
+           "(mcpServers.harness)" in out
+    assert "todo tools: left off (--no-todo-tools): on today's models the model keeps its " \
+           "plan with mcp__harness__todowrite" in out
+    again = install("claude-code", tmp_path, "--no-todo-tools").stdout.decode()
+    assert again.count("already up to date") == 2
+    # A switch the user set is theirs: never changed, said; the server stays.
+    doc["env"] = {"CLAUDE_CODE_ENABLE_TODO_TOOLS": "0", "FOO": "bar"}
+    settings.write_text(json.dumps(doc))
+    r = install("claude-code", tmp_path)
+    assert json.loads(settings.read_text())["env"] == doc["env"]
+    assert "todo tools: left off (CLAUDE_CODE_ENABLE_TODO_TOOLS is '0' there)" in \
+        r.stdout.decode()
+
+
+def test_an_mcp_config_we_cannot_read_stops_the_install_before_any_write(
+        tmp_path: Path) -> None:
+    (tmp_path / ".mcp.json").write_text("{oops")
+    r = install("claude-code", tmp_path, "--no-todo-tools")
+    err = r.stderr.decode()
+    assert r.returncode == 1 and ".mcp.json" in err and "not valid JSON" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / ".claude").exists()
+
+
+def test_a_harness_server_already_registered_is_left_as_it_is(tmp_path: Path) -> None:
+    mine = {"mcpServers": {"harness": {"command": "harness", "args": ["-s", "x", "mcp"]},
+                           "other": {"command": "other-mcp"}}, "mine": 1}
+    (tmp_path / ".mcp.json").write_text(json.dumps(mine))
+    r = install("claude-code", tmp_path, "--mcp")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / ".mcp.json").read_text()) == mine
+    assert f"{tmp_path / '.mcp.json'}: already up to date" in r.stdout.decode()
+    assert "todo tools: turned on" in r.stdout.decode()
 
 
 def test_an_older_install_gains_only_the_events_it_lacks(tmp_path: Path) -> None:
@@ -84,18 +149,26 @@ def test_an_older_install_gains_only_the_events_it_lacks(tmp_path: Path) -> None
 
 def test_user_scope_and_a_custom_command(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    r = install("claude-code", tmp_path, "--user", "--command", "harness hook claude-code",
-                home=home)
+    r = install("claude-code", tmp_path, "--user", "--no-todo-tools", "--command",
+                "harness hook claude-code", home=home)
     assert r.returncode == 0, r.stderr
     doc = json.loads((home / ".claude" / "settings.json").read_text())
     assert doc["hooks"]["SessionStart"][0]["hooks"][0]["command"] == "harness hook claude-code"
-    assert not (tmp_path / ".claude").exists()
+    assert "enabledMcpjsonServers" not in doc  # a project's .mcp.json is the project's
+    # The user's MCP servers are in ~/.claude.json; the server runs as --command does.
+    user = json.loads((home / ".claude.json").read_text())
+    assert user["mcpServers"]["harness"]["command"] == "harness"
+    assert user["mcpServers"]["harness"]["args"] == ["mcp", "--agent", "claude-code", "--tools",
+                                                     "todowrite,todoread,todo_update"]
+    assert not (tmp_path / ".claude").exists() and not (tmp_path / ".mcp.json").exists()
 
 
 @pytest.mark.parametrize("text,message", [
     ("{not json", "not valid JSON"),
     ('["a list"]', "not a JSON object"),
     ('{"hooks": []}', "`hooks` is not an object"),
+    ('{"env": "x"}', "`env` is not an object"),
+    ('{"permissions": {"allow": "x"}}', "`permissions.allow` is not a list"),
 ])
 def test_a_settings_file_we_cannot_read_is_left_alone(tmp_path: Path, text: str,
                                                       message: str) -> None:

@@ -5,6 +5,10 @@ records every request body (the truth of what the agent is shown) and answers ea
 ``POST /v1/messages``, streaming (server-sent events) or not, with what the test's script
 says: text, tool calls, or both. ``POST /v1/messages/count_tokens`` gets a small count.
 
+Each answer names the model the request asked for, whatever it is, so every Claude Code
+version runs on its own default model (:data:`DEFAULT_MODELS`, read from their request
+bodies); ``GET /v1/models`` lists those, as the real API lists the models a key may use.
+
 The script is a function of the request and the agent turns before it to a
 :class:`Reply`. Loops are bounded: past ``max_requests`` every request is answered with
 a plain "done." (``end_turn``), so the program stops, and the test sees the overrun.
@@ -44,6 +48,27 @@ class Request(local_http.Request):
     def tools(self) -> list[str]:
         return [t.get("name", "") for t in self.body.get("tools") or []
                 if isinstance(t, dict)]
+
+    @property
+    def deferred(self) -> list[str]:
+        """The tools Claude Code names without their schema (2.1.332: in a message of its
+        own, "The following deferred tools are now available via ToolSearch ...:" and a
+        name a line), which a model loads with ``ToolSearch`` before it calls them."""
+        text = self.plain
+        at = text.find(DEFERRED_HEAD)
+        if at < 0:
+            return []
+        names = []
+        for line in text[text.find(":\n", at) + 2:].splitlines():
+            if not line.strip() or " " in line.strip():
+                break
+            names.append(line.strip())
+        return names
+
+    def loaded(self, name: str) -> bool:
+        """Whether the model may call tool ``name`` as it is: its schema is in ``tools``
+        (a deferred tool is, once ``ToolSearch`` loaded it)."""
+        return name in self.tools
 
     @property
     def agent_turn(self) -> bool:
@@ -92,18 +117,21 @@ class Request(local_http.Request):
 
 
 Script = Callable[[Request, list[Request]], Reply]
+DEFERRED_HEAD = "The following deferred tools are now available via ToolSearch"
+# The model each tested Claude Code version asks for when nothing chooses one (its
+# request bodies): since 2.1.233 the default model is one the todo tools are gated on.
+DEFAULT_MODELS = {"2.1.197": "claude-opus-4-8", "2.1.332": "claude-opus-5-5"}
 
 
 class AnthropicServer(ScriptedServer):
     """``with AnthropicServer(script) as api:`` serves on ``api.url`` until the block ends."""
 
-    def __init__(self, script: Script, *, max_requests: int = 40, model: str = "claude-test"):
-        self.model = model
+    def __init__(self, script: Script, *, max_requests: int = 40):
         self._ids = itertools.count(1)
         super().__init__(self._handler(), script, max_requests=max_requests,
                          done=Reply(text="done."))
 
-    def _message(self, reply: Reply) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def _message(self, reply: Reply, model: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         n = next(self._ids)
         blocks: list[dict[str, Any]] = []
         if reply.text:
@@ -116,13 +144,13 @@ class AnthropicServer(ScriptedServer):
         usage = {"input_tokens": reply.input_tokens, "output_tokens": 20,
                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
         msg = {"id": f"msg_{n:06d}", "type": "message", "role": "assistant",
-               "model": self.model, "content": blocks,
+               "model": model, "content": blocks,
                "stop_reason": "tool_use" if reply.calls else "end_turn",
                "stop_sequence": None, "usage": usage}
         return msg, blocks
 
-    def _events(self, reply: Reply) -> list[tuple[str, dict[str, Any]]]:
-        msg, blocks = self._message(reply)
+    def _events(self, reply: Reply, model: str) -> list[tuple[str, dict[str, Any]]]:
+        msg, blocks = self._message(reply, model)
         start = dict(msg, content=[], stop_reason=None,
                      usage=dict(msg["usage"], output_tokens=1))
         out: list[tuple[str, dict[str, Any]]] = [
@@ -155,6 +183,13 @@ class AnthropicServer(ScriptedServer):
 
         class Handler(JSONHandler):
             def do_GET(self) -> None:
+                if self.path.split("?", 1)[0].rstrip("/").endswith("/v1/models"):
+                    self.send_json(200, {"data": [
+                        {"type": "model", "id": m, "display_name": m,
+                         "created_at": "2026-01-01T00:00:00Z"}
+                        for m in sorted(set(DEFAULT_MODELS.values()))],
+                        "has_more": False})
+                    return
                 self.send_json(404, {"type": "error", "error": {"type": "not_found_error",
                                                             "message": self.path}})
 
@@ -174,15 +209,16 @@ class AnthropicServer(ScriptedServer):
                                      "error": {"type": "not_found_error", "message": path}})
                     return
                 reply = server.reply_for(Request(path, body, time.time()))
+                model = str(body.get("model") or "claude")
                 if not body.get("stream"):
-                    self.send_json(200, server._message(reply)[0])
+                    self.send_json(200, server._message(reply, model)[0])
                     return
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("cache-control", "no-cache")
                 self.send_header("connection", "close")
                 self.end_headers()
-                for name, data in server._events(reply):
+                for name, data in server._events(reply, model):
                     self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
                 self.wfile.flush()
                 self.close_connection = True

@@ -17,7 +17,7 @@ from state.fold import TodoState
 from state.store import Store
 from tests.agents.real.anthropic_server import AnthropicServer
 from tests.agents.real.conftest import harness, hook_log
-from tests.agents.real.npm import claude_code
+from tests.agents.real.npm import claude_code, versions
 from tests.conftest import ROOT
 
 PROJECT = "eagle3"  # the project directory's name: the harness session the hooks use
@@ -36,8 +36,10 @@ class Result:
 class ClaudeProject:
     """One project directory with Claude Code's hooks installed, and a harness store."""
 
-    def __init__(self, tmp: Path, api: AnthropicServer, **env: str):
-        self.claude = claude_code()
+    def __init__(self, tmp: Path, api: AnthropicServer, *, version: str | None = None,
+                 install: tuple[str, ...] | None = (), **env: str):
+        self.version = version or versions("claude-code")[0]
+        self.claude = claude_code(self.version)
         self.root = tmp
         self.dir = tmp / PROJECT
         self.dir.mkdir()
@@ -52,12 +54,28 @@ class ClaudeProject:
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
             "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1", "NO_COLOR": "1",
             **env}
-        for key in ("CLAUDE_CODE_TASK_LIST_ID", "HARNESS_SESSION", "CLAUDE_PROJECT_DIR"):
+        # No switch from outside: what the installer writes is what runs.
+        for key in ("CLAUDE_CODE_TASK_LIST_ID", "HARNESS_SESSION", "CLAUDE_PROJECT_DIR",
+                    "CLAUDE_CODE_ENABLE_TODO_TOOLS", "CLAUDE_CODE_ENABLE_TASKS",
+                    "ANTHROPIC_MODEL"):
             if key not in env:
                 self.env.pop(key, None)
-        # The real installer, as a user runs it in the project.
-        installed = self.harness("hook", "claude-code", "install")
-        assert "added the harness hooks" in installed.stdout, installed.stdout
+        # The real installer, as a user runs it in the project (None: no harness at all).
+        self.installed = ""
+        if install is not None:
+            done = self.harness("hook", "claude-code", "install", *install)
+            assert "added the harness hooks" in done.stdout, done.stdout
+            self.installed = done.stdout
+
+    def trust(self) -> None:
+        """What accepting Claude Code's trust dialog in the project once records (in
+        ``<config>/.claude.json``): only then does it read the project's permissions."""
+        path = self.config / ".claude.json"
+        doc = json.loads(path.read_text()) if path.exists() else {}
+        doc.setdefault("projects", {}).setdefault(str(self.dir), {})[
+            "hasTrustDialogAccepted"] = True
+        self.config.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=2))
 
     def harness(self, *args: str) -> subprocess.CompletedProcess[str]:
         return harness(self.env, *args, cwd=self.dir)

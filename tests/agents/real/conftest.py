@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from state.store import Store
+from tests.agents.real import npm
 from tests.conftest import ROOT
 
 HARNESS_CMD = f"{shlex.quote(sys.executable)} -m harness"
@@ -24,6 +25,13 @@ AFTER_STEP_TWO = [
     {"id": "t2", "text": "Build the vocab mapping", "status": "in_progress",
      "priority": "medium"},
     {"id": "t3", "text": "Train the drafter", "status": "pending", "priority": "high"}]
+
+
+@pytest.fixture(params=npm.versions("claude-code"), ids=lambda v: f"claude-{v}")
+def claude_version(request: pytest.FixtureRequest) -> str:
+    """Every Claude Code test runs on each version of tests/agents/real/npm.py (the
+    newest, and the older one people still run), or on HARNESS_AGENT_VERSIONS's."""
+    return str(request.param)
 
 
 @pytest.fixture

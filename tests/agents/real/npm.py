@@ -1,12 +1,23 @@
 """The real agent programs the tests drive, from npm at pinned versions.
 
+:data:`PROGRAMS` is the one list of them: each program's npm package, the versions its
+tests run on (Claude Code keeps an older release beside the newest, since people upgrade
+slowly and the two differ), the test files that drive it, and the packages that must come
+at the same version (opencode's plugin SDK). ``scripts/agents_latest`` reads it too, so a
+program added here is installed by ``scripts/test``, tested, and checked against npm's
+newest release with no other change.
+
 Each ``package@version`` is installed once into a folder of its own under
 ``$HARNESS_NPM_CACHE`` (default ``~/.cache/todo-harness/npm``), named
 ``<package with / as ->@<version>``; ``scripts/test`` fills the cache before the suite by
-running this file (``python3 tests/agents/real/npm.py``: every pinned program, the
-versions written only here), and a test that finds it filled starts at once. An install is done under a lock, so parallel pytest workers wait for one install
-instead of racing it, and it is marked done (``.installed``) only when it finished: an
-interrupted one is redone.
+running this file (``python3 tests/agents/real/npm.py``: every pinned version of every
+program), and a test that finds it filled starts at once. An install is done under a
+lock, so parallel pytest workers wait for one install instead of racing it, and it is
+marked done (``.installed``) only when it finished: an interrupted one is redone.
+
+``HARNESS_AGENT_VERSIONS=claude-code=2.1.400,codex=0.172.0`` runs a program's tests on
+the versions named instead of the pinned ones (``scripts/agents_latest`` sets it);
+``python3 tests/agents/real/npm.py claude-code=2.1.400`` installs one.
 
 Without npm, or when the registry cannot be reached, the test is a named skip; with
 ``CI`` set it fails, because CI must run these tests.
@@ -19,15 +30,34 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.197", "claude")
-CODEX = ("@openai/codex", "0.171.0", "codex")
-OPENCODE = ("opencode-ai", "1.18.33", "opencode")
-GEMINI_CLI = ("@google/gemini-cli", "0.61.0", "gemini")
-# opencode npm-installs this into every config folder it loads (.opencode/,
-# ~/.config/opencode) at startup; given beforehand, it starts without the registry.
-OPENCODE_PLUGIN = ("@opencode-ai/plugin", "1.18.33")
+
+@dataclass(frozen=True)
+class Program:
+    name: str  # how tests, HARNESS_AGENT_VERSIONS and scripts/agents_latest call it
+    package: str
+    versions: tuple[str, ...]  # the pinned ones, newest first
+    bin: str
+    tests: tuple[str, ...]  # its real-program test files, from the repository root
+    companions: tuple[str, ...] = ()  # packages installed at the same version
+
+
+PROGRAMS: dict[str, Program] = {p.name: p for p in (
+    Program("claude-code", "@anthropic-ai/claude-code", ("2.1.332", "2.1.197"), "claude",
+            ("tests/agents/real/test_claude_code.py",)),
+    Program("codex", "@openai/codex", ("0.171.0",), "codex",
+            ("tests/agents/real/test_codex_real.py",)),
+    # opencode npm-installs its plugin SDK into every config folder it loads (.opencode/,
+    # ~/.config/opencode) at startup; given beforehand, it starts without the registry.
+    Program("opencode", "opencode-ai", ("1.18.33",), "opencode",
+            ("tests/agents/real/test_opencode_real.py",),
+            companions=("@opencode-ai/plugin",)),
+    Program("gemini-cli", "@google/gemini-cli", ("0.61.0",), "gemini",
+            ("tests/agents/real/test_gemini_cli.py",)),
+)}
+VERSIONS_ENV = "HARNESS_AGENT_VERSIONS"
 DONE = ".installed"
 _AS_SCRIPT = False  # run by scripts/test, where pytest is not installed yet
 
@@ -43,6 +73,25 @@ def npm_cache() -> Path:
 
 def program_dir(package: str, version: str) -> Path:
     return npm_cache() / f"{package.replace('/', '-')}@{version}"
+
+
+def overrides(raw: str | None = None) -> dict[str, tuple[str, ...]]:
+    """``HARNESS_AGENT_VERSIONS`` (``name=version[+version...],...``) by program name."""
+    raw = os.environ.get(VERSIONS_ENV, "") if raw is None else raw
+    out: dict[str, tuple[str, ...]] = {}
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        name, _, versions = part.partition("=")
+        if name.strip() not in PROGRAMS or not versions.strip():
+            known = ", ".join(PROGRAMS)
+            raise ValueError(f"{VERSIONS_ENV}: {part!r} is not NAME=VERSION (names: {known})")
+        out[name.strip()] = tuple(v.strip() for v in versions.split("+") if v.strip())
+    return out
+
+
+def versions(name: str) -> tuple[str, ...]:
+    """The versions program ``name``'s tests run on: the pinned ones, or those that
+    ``HARNESS_AGENT_VERSIONS`` names."""
+    return overrides().get(name) or PROGRAMS[name].versions
 
 
 def _cannot(why: str) -> None:
@@ -96,40 +145,60 @@ def _installed(package: str, version: str, marker: Path) -> Path:
     return program
 
 
-def claude_code() -> Path:
-    return npm_program(*CLAUDE_CODE)
+def program(name: str, version: str | None = None) -> Path:
+    """The program ``name`` (``claude-code``, ``codex``, ``opencode``) at ``version``
+    (default: the first it is tested on), with its companions, installed on first use."""
+    prog = PROGRAMS[name]
+    version = version or versions(name)[0]
+    for companion in prog.companions:
+        npm_package(companion, version)
+    return npm_program(prog.package, version, prog.bin)
+
+
+def companion(name: str, package: str, version: str | None = None) -> Path:
+    """The folder of ``package``, a companion of program ``name``, at its version."""
+    return npm_package(package, version or versions(name)[0])
+
+
+def claude_code(version: str | None = None) -> Path:
+    return program("claude-code", version)
 
 
 def codex() -> Path:
-    return npm_program(*CODEX)
+    return program("codex")
 
 
 def opencode() -> Path:
-    return npm_program(*OPENCODE)
+    return program("opencode")
 
 
 def gemini_cli() -> Path:
-    return npm_program(*GEMINI_CLI)
+    return program("gemini-cli")
 
 
 def opencode_plugin_sdk() -> Path:
-    return npm_package(*OPENCODE_PLUGIN)
+    return companion("opencode", "@opencode-ai/plugin")
 
 
-def install_all() -> int:
-    """Every pinned program into the cache; the number that could not be installed."""
+def install_all(wanted: dict[str, tuple[str, ...]] | None = None) -> int:
+    """Every version the tests run on (or those ``wanted`` names) into the cache; the
+    number that could not be installed."""
     failed = 0
-    for install, spec in [(npm_program, CLAUDE_CODE), (npm_program, CODEX),
-                          (npm_program, OPENCODE), (npm_program, GEMINI_CLI),
-                          (npm_package, OPENCODE_PLUGIN)]:
-        try:
-            install(*spec)
-        except Unavailable as exc:
-            print(f"!! {exc} (its tests will say so)", file=sys.stderr)
-            failed += 1
+    for name in PROGRAMS:
+        chosen = (wanted or {}).get(name) if wanted else versions(name)
+        for version in chosen or ():
+            try:
+                program(name, version)
+            except Unavailable as exc:
+                print(f"!! {exc} (its tests will say so)", file=sys.stderr)
+                failed += 1
     return failed
 
 
 if __name__ == "__main__":
     _AS_SCRIPT = True
-    raise SystemExit(1 if install_all() else 0)
+    try:
+        asked = overrides(",".join(sys.argv[1:])) if sys.argv[1:] else None
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    raise SystemExit(1 if install_all(asked) else 0)

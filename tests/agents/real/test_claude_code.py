@@ -1,6 +1,8 @@
-"""The real Claude Code (2.1.197, from npm) against a scripted model: its task tools and
-TodoWrite through the hooks `harness hook claude-code install` writes, the harness MCP
-server through --mcp-config, /compact, --resume, and a person's change in between.
+"""The real Claude Code from npm, on each version tests/agents/real/npm.py names (the
+newest, 2.1.332, and 2.1.197), against a scripted model: its task tools and TodoWrite
+through what `harness hook claude-code install` writes (hooks, the todo-tools switch),
+the harness MCP server that install registers when the todo tools stay off, /compact,
+--resume, and a person's change in between. No test sets a switch of its own.
 
 What is asserted is the store, Claude's own task files, and the request bodies Claude
 Code sends to the model: those are what the agent sees."""
@@ -8,14 +10,19 @@ Code sends to the model: those are what the agent sees."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.agents.real.anthropic_server import AnthropicServer, Reply, Request, ToolCall
+from tests.agents.real.anthropic_server import (
+    DEFAULT_MODELS,
+    AnthropicServer,
+    Reply,
+    Request,
+    ToolCall,
+)
 from tests.agents.real.claude_run import PROJECT, ClaudeProject
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.slow]
@@ -26,11 +33,16 @@ Step = tuple[Callable[[], None] | None, Reply]
 class Steps:
     """The model's turns, in order: a step may first make a person's change (the model is
     "thinking" while it lands). A compaction's summary request is answered apart.
-    ``seen[k]`` is the request step ``k`` answered."""
+    ``seen[k]`` is the request step ``k`` answered.
+
+    Like a real model, it loads a tool that Claude Code only names (a deferred tool:
+    2.1.332's todo tools and MCP tools) with ``ToolSearch`` before it calls it; that turn
+    is no step (``searches`` holds them)."""
 
     def __init__(self, steps: list[Step], *, wait_for: str | None = None):
         self.steps = steps
         self.seen: dict[int, Request] = {}
+        self.searches: list[Request] = []
         self.wait_for = wait_for
         self.waits = 0
 
@@ -39,17 +51,25 @@ class Steps:
             return Reply(text="A title.")
         if req.compaction:
             return Reply(text="<summary>The drafter work was planned as tasks.</summary>")
-        if self.wait_for and self.wait_for not in req.tools and self.waits < 20:
+        if self.wait_for and not (req.loaded(self.wait_for) or self.wait_for in req.deferred) \
+                and self.waits < 20:
             # `claude -p` asks the model before its MCP servers are connected: a harmless
             # turn (not a step) until the server's tools are offered.
             self.waits += 1
             time.sleep(0.5)
             return call("TaskList")
         k = len(self.seen)
-        self.seen[k] = req
         if k >= len(self.steps):
+            self.seen[k] = req
             return Reply(text="done.")
         change, reply = self.steps[k]
+        if any(not req.loaded(c.name) and c.name in req.deferred for c in reply.calls):
+            # Every deferred tool the work ahead needs, in one search.
+            ahead = dict.fromkeys(c.name for _, r in self.steps[k:] for c in r.calls)
+            self.searches.append(req)
+            return call("ToolSearch", query="select:" + ",".join(
+                n for n in ahead if not req.loaded(n) and n in req.deferred))
+        self.seen[k] = req
         if change is not None:
             change()
         return reply
@@ -65,7 +85,9 @@ def reminders(req: Request) -> str:
     return Request("", {"messages": req.after_last_turn()}).plain
 
 
-def test_tasks_a_persons_edits_compact_and_resume(tmp_path: Path) -> None:
+def test_tasks_a_persons_edits_compact_and_resume(tmp_path: Path, claude_version: str) -> None:
+    """`harness hook claude-code install` as it is (the test sets no switch): the task
+    tools are on, the tasks land, and a person's edits, /compact and --resume hold."""
     holder: list[ClaudeProject] = []
 
     def person_edits() -> None:
@@ -85,11 +107,19 @@ def test_tasks_a_persons_edits_compact_and_resume(tmp_path: Path) -> None:
     ])
     with AnthropicServer(steps) as api:
         api.dump_to = tmp_path / "requests.json"
-        claude = ClaudeProject(tmp_path, api)
+        claude = ClaudeProject(tmp_path, api, version=claude_version)
         holder.append(claude)
+        assert "todo tools: turned on" in claude.installed
         first = claude.run("Plan the drafter work as tasks.")
         assert first.code == 0, first.stderr
         sid = first.session_id
+        # The model asked for is the version's own default; since 2.1.233 the task tools
+        # come deferred (named, loaded through ToolSearch) once the switch is on.
+        start = steps.searches[0] if steps.searches else steps.seen[0]
+        assert start.body["model"] == DEFAULT_MODELS.get(claude_version, start.body["model"])
+        assert "TaskCreate" in {*start.tools, *start.deferred}
+        if claude_version != "2.1.197":
+            assert "TaskCreate" in start.deferred and steps.searches
         # The person's edit is in Claude's own task file, and TaskList (which reads the
         # files afresh) showed it; the next request also carries the notice.
         after_edit = steps.seen[4]
@@ -142,7 +172,7 @@ def claude_store(claude: ClaudeProject):  # type: ignore[no-untyped-def]
     return events()
 
 
-def test_todowrite_era_a_persons_priority_in_the_next_request(tmp_path: Path) -> None:
+def test_todowrite_era_a_persons_priority_in_the_next_request(tmp_path: Path, claude_version: str) -> None:
     holder: list[ClaudeProject] = []
 
     def person() -> None:
@@ -161,7 +191,8 @@ def test_todowrite_era_a_persons_priority_in_the_next_request(tmp_path: Path) ->
     ])
     with AnthropicServer(steps) as api:
         api.dump_to = tmp_path / "requests.json"
-        claude = ClaudeProject(tmp_path, api, CLAUDE_CODE_ENABLE_TASKS="0")
+        claude = ClaudeProject(tmp_path, api, version=claude_version,
+                              CLAUDE_CODE_ENABLE_TASKS="0")
         holder.append(claude)
         r = claude.run("Plan the drafter work.")
         assert r.code == 0, r.stderr
@@ -179,7 +210,11 @@ def test_todowrite_era_a_persons_priority_in_the_next_request(tmp_path: Path) ->
     assert claude.hook_log() == ""
 
 
-def test_mcp_server_through_mcp_config(tmp_path: Path) -> None:
+def test_todo_tools_off_the_plan_goes_through_the_mcp_server(tmp_path: Path,
+                                                          claude_version: str) -> None:
+    """`install --no-todo-tools`: the model keeps its plan with the harness MCP server that
+    install registered (.mcp.json), as the SessionStart hook tells it; on 2.1.332 it finds
+    mcp__harness__todowrite through ToolSearch, as a real model would."""
     holder: list[ClaudeProject] = []
     steps = Steps([
         (None, call("mcp__harness__todowrite", todos=[
@@ -187,35 +222,46 @@ def test_mcp_server_through_mcp_config(tmp_path: Path) -> None:
             {"content": "Write the report", "status": "pending", "priority": "medium"}])),
         (lambda: holder[0].person("prio", "t1", "high"), call("mcp__harness__todoread")),
         (lambda: holder[0].person("block", "t2", "--reason", "no GPU quota"),
-         call("mcp__harness__pipeline_status")),
+         call("mcp__harness__todo_update", id="t1", status="completed")),
         (None, Reply(text="done.")),
     ], wait_for="mcp__harness__todowrite")
     with AnthropicServer(steps) as api:
         api.dump_to = tmp_path / "requests.json"
-        claude = ClaudeProject(tmp_path, api)
+        claude = ClaudeProject(tmp_path, api, version=claude_version,
+                               install=("--no-todo-tools",))
+        claude.trust()  # as a person who has opened Claude Code in the project once
         holder.append(claude)
-        config = tmp_path / "mcp.json"
-        config.write_text(json.dumps({"mcpServers": {"harness": {
-            "command": sys.executable, "args": ["-m", "harness", "-s", PROJECT, "mcp"],
-            "env": {k: claude.env[k] for k in ("PYTHONPATH", "HARNESS_DB",
-                                               "HARNESS_DATA_DIR")}}}}))
-        r = claude.run("Plan the drafter work.", "--mcp-config", str(config),
-                       "--strict-mcp-config", "--allowedTools", "mcp__harness")
+        assert "todo tools: left off (--no-todo-tools)" in claude.installed
+        r = claude.run("Plan the drafter work.")
         assert r.code == 0, r.stderr
-        assert "mcp__harness__todowrite" in steps.seen[0].tools
+        first = steps.seen[0]
+        assert "keep your plan with mcp__harness__todowrite" in first.plain  # SessionStart
+        if claude_version != "2.1.197":  # the tools are gated, and MCP tools deferred
+            assert not {"TaskCreate", "TodoWrite"} & {*first.tools, *first.deferred}
+            assert [c["input"] for c in _calls(steps.seen[0], "ToolSearch")] == [{
+                "query": "select:mcp__harness__todowrite,mcp__harness__todoread,"
+                         "mcp__harness__todo_update"}]
         wrote = steps.seen[1].tool_results()[0]
         assert '"ids"' in wrote and "t1" in wrote
         # Claude Code shows the model an MCP answer's structured content, as JSON.
         read = json.loads(steps.seen[2].tool_results()[0])  # todoread: the list itself
         assert [(t["id"], t["priority"]) for t in read["todos"]] == [("t1", "high"),
                                                                      ("t2", "medium")]
-        status = json.loads(steps.seen[3].tool_results()[0])  # the next answer: the notice
-        assert status["notice"].startswith(
+        updated = json.loads(steps.seen[3].tool_results()[0])  # the next answer: the notice
+        assert updated["notice"].startswith(
             "todo-harness: the todo list changed since you last saw it")
         assert "\"Write the report\" (t2): status 'pending' -> 'blocked' ('no GPU quota') " \
-            "by human" in status["notice"]
-        assert "t1 priority" not in status["notice"]  # told once: todoread showed it
+            "by human" in updated["notice"]
+        assert "t1 priority" not in updated["notice"]  # told once: todoread showed it
     todos = claude.todos()
     assert [(t.content, t.status, t.priority) for t in todos] == [
-        ("Train the drafter", "in_progress", "high"),
+        ("Train the drafter", "completed", "high"),
         ("Write the report", "blocked", "medium")]
+    assert claude.hook_log() == ""
+
+
+def _calls(req: Request, name: str) -> list[dict[str, object]]:
+    """The model's calls of tool ``name`` in the turns before ``req``."""
+    return [b for m in req.messages if m.get("role") == "assistant"
+            for b in (m.get("content") if isinstance(m.get("content"), list) else [])
+            if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") == name]
