@@ -40,7 +40,7 @@ def test_install_keeps_other_settings_turns_the_tracker_on_and_is_idempotent(
     assert settings.read_text() == before
     out = install(tmp_path).stdout.decode()
     assert f"{settings}: added the harness hooks (SessionStart, BeforeAgent, AfterTool, " \
-           "PreCompress, experimental.taskTracker)" in out
+           "PreCompress); set experimental.taskTracker" in out
     assert "note: Gemini CLI's task tracker goes on (experimental.taskTracker)" in out
     assert f"trust {tmp_path} when Gemini CLI asks" in out
     doc = json.loads(settings.read_text())
@@ -68,7 +68,10 @@ def test_no_task_tools_gives_a_model_without_write_todos_the_mcp_server(
     doc = json.loads(settings.read_text())
     assert "experimental" not in doc
     server = doc["mcpServers"]["harness"]
-    assert server["args"][-1] == "mcp" and "hook" not in server["args"]
+    # It writes as the hooks do, to their session, and serves only the todo tools.
+    assert server["args"][-5:] == ["mcp", "--agent", "gemini-cli", "--tools",
+                                   "todowrite,todoread,todo_update"]
+    assert "hook" not in server["args"]
     install(tmp_path, "--no-task-tools", "--user")
     assert list(json.loads(settings.read_text())["mcpServers"]) == ["harness"]  # not twice
 

@@ -17,7 +17,7 @@ import pytest
 
 from state.store import Store
 from tests.agents.real.conftest import harness
-from tests.agents.real.gemini_run import PROJECT, GeminiProject
+from tests.agents.real.gemini_run import GeminiProject
 from tests.agents.real.gemini_server import SUMMARY, Call, GeminiServer, Reply, Request
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.slow]
@@ -210,7 +210,6 @@ def test_the_mcp_server_for_a_model_with_neither_tool(tmp_path: Path) -> None:
         holder.append(gemini)
         assert "mcpServers.harness" in gemini.installed
         settings = json.loads((gemini.dir / ".gemini" / "settings.json").read_text())
-        settings["mcpServers"]["harness"]["args"] = ["-m", "harness", "-s", PROJECT, "mcp"]
         settings["mcpServers"]["harness"]["trust"] = True  # no confirmation, headless
         (gemini.dir / ".gemini" / "settings.json").write_text(json.dumps(settings))
         r = gemini.run("Plan the drafter work.")
