@@ -336,13 +336,13 @@ TRACKER_NOTE = ("Gemini CLI's task tracker goes on (experimental.taskTracker): i
                 "--no-task-tools leaves it off")
 
 
-def _gemini_2(model: Any) -> bool:
+def gemini_2(model: Any) -> bool:
     """Gemini CLI offers ``write_todos`` to Gemini 2 models only (while the tracker is
     off)."""
     return isinstance(model, str) and re.match(r"gemini-2(\.|$)", model) is not None
 
 
-def _trusted(cwd: Path) -> bool:
+def gemini_trusted(cwd: Path) -> bool:
     """Whether Gemini CLI trusts ``cwd`` (``trustedFolders.json``: the longest rule that
     covers it decides; ``TRUST_PARENT`` trusts the rule's parent folder)."""
     try:
@@ -384,13 +384,13 @@ def gemini_settings(hooks: InstallPlan, *, scope: str, cwd: Path, command: str |
         if tracker_on:
             notes.append("the task tracker is on in these settings already: its tools are "
                          "the model's, and the hooks follow them (no MCP server added)")
-        elif _gemini_2(model.get("name")):
+        elif gemini_2(model.get("name")):
             notes.append(f"{model['name']} has Gemini CLI's write_todos, which the hooks "
                          "follow: no MCP server added")
         else:
             settings += mcp_servers_change(doc, command_argv(command, "gemini-cli"),
                                            where=where, agent="gemini-cli")
-    if scope == "project" and not _trusted(cwd):
+    if scope == "project" and not gemini_trusted(cwd):
         notes.append(f"Gemini CLI reads {hooks.path.parent.name}/settings.json only in a "
                      f"trusted folder: trust {cwd} when Gemini CLI asks (or run it with "
                      "--skip-trust, or GEMINI_CLI_TRUST_WORKSPACE=true, headless)")

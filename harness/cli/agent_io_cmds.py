@@ -328,11 +328,12 @@ def watch_codex(directory: Path | None, interval: float, once: bool, backfill: b
 
 @click.command("doctor")
 @click.option("--agent", "agents", multiple=True, metavar="NAME",
-              help="Only this agent (claude-code, codex, opencode); repeatable.")
+              help="Only this agent (claude-code, codex, opencode, gemini-cli); repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 def doctor(agents: tuple[str, ...], as_json: bool) -> None:
-    """For each agent program found here (Claude Code, Codex, opencode): whether its
-    model can write todos, whether the harness sees them, and what to set if not.
+    """For each agent program found here (Claude Code, Codex, opencode, Gemini CLI):
+    whether its model can write todos, whether the harness sees them, and what to set if
+    not.
 
     Reads the agents' settings for this directory (nothing is changed, no agent is
     started). Claude Code 2.1.233 and later give today's models no todo tools unless
