@@ -65,6 +65,9 @@ CODEX = Capabilities("codex", _BASIC, False, False, False)
 # Gemini CLI's write_todos (Gemini 2 models): a description and a status, which can say
 # blocked and cancelled.
 GEMINI = Capabilities("gemini", _BASIC | {"cancelled", "blocked"}, False, False, False)
+# GitHub Copilot CLI's todos: rows of its session database (``todos``: id, title, status
+# pending/in_progress/done/blocked), read whole after each change (harness.agents.copilot).
+COPILOT = Capabilities("copilot", _BASIC | {"blocked"}, False, False, True)
 # Claude Code >= 2.1.142 task tools (TaskCreate/TaskUpdate): ids and an active form, no
 # priority. Importers build the whole list from the per-task calls.
 CLAUDE_TASKS = Capabilities("claude", _BASIC, False, True, True)

@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.agents import claude_install as ci
 from harness.errors import InputError
-from harness.paths import codex_home, gemini_dir
+from harness.paths import codex_home, copilot_home, gemini_dir
 
 VERSION_TIMEOUT = 15.0
 INSTALL_CLAUDE = "run `harness hook claude-code install` here"
@@ -293,6 +293,26 @@ def gemini(project: Path, program: Path, version: str | None) -> Finding:
     return f
 
 
+# -- GitHub Copilot CLI ---------------------------------------------------------------------
+
+def copilot(project: Path, program: Path, version: str | None) -> Finding:
+    from harness.agents.install import is_ours
+
+    f = Finding("copilot", str(program), version)
+    f.writes, f.how = True, "its session's todos table (the sql tool, built in)"
+    files = [*sorted((project / ".github" / "hooks").glob("*.json")),
+             copilot_home() / "settings.json"]
+    hooked = [p for p in files if any(
+        is_ours(h, "copilot") for h in ((_json(p).get("hooks") or {}).get("postToolUse") or [])
+        if isinstance(h, dict))]
+    if hooked:
+        f.seen, f.seen_how = True, f"the harness hooks in {_rel(hooked[0], project)}"
+    else:
+        f.seen_how = "no harness hooks in .github/hooks/ or Copilot CLI's settings"
+        f.todo.append("run `harness hook copilot install` here (installs the hooks)")
+    return f
+
+
 Check = Callable[[Path, Path, str | None], Finding]
 # agent -> (its program's name on PATH, the variable that names it instead, the check)
 CHECKS: dict[str, tuple[str, str, Check]] = {
@@ -300,6 +320,7 @@ CHECKS: dict[str, tuple[str, str, Check]] = {
     "codex": ("codex", "HARNESS_CODEX_BIN", codex),
     "opencode": ("opencode", "HARNESS_OPENCODE_BIN", opencode),
     "gemini-cli": ("gemini", "HARNESS_GEMINI_BIN", gemini),
+    "copilot": ("copilot", "HARNESS_COPILOT_BIN", copilot),
 }
 
 

@@ -34,7 +34,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.agents.context_cuts import additional_context as _additional_context
-from harness.agents.context_cuts import agent_views, record_cut, restore_block
+from harness.agents.context_cuts import agent_views, owe, owed, record_cut
+from harness.agents.context_cuts import whole_list as _whole_list
 from harness.agents.notice import Labeler
 from harness.context import Harness
 from harness.errors import InputError
@@ -42,7 +43,6 @@ from harness.errors import InputError
 ACTOR = "agent:gemini-cli"
 RESTORE_TAIL = ("Kept by todo-harness across compressions, clears and restarts; your "
                 "tracker and write_todos calls update it. Carry on from here.")
-OWED = "/restore"  # an agent view: a cut whose list has not been shown yet
 WRITE_TODOS = "write_todos"
 SESSION_SOURCES = ("startup", "resume", "clear")
 
@@ -76,10 +76,6 @@ def additional_context(event: str, text: str) -> str:
                                .replace("[>]", "[\u2192]"))
 
 
-def _owed(actor: str) -> str:
-    return actor + OWED
-
-
 def session_start(harness: Harness, payload: Mapping[str, Any], actor: str) -> str | None:
     source = payload.get("source")
     if source in SESSION_SOURCES:
@@ -103,20 +99,9 @@ def pre_compress(harness: Harness, payload: Mapping[str, Any], actor: str) -> No
         owe(harness, actor)
 
 
-def owe(harness: Harness, actor: str) -> None:
-    with harness.store.write(harness.session(create=True).id, actor) as tx:
-        tx.set_agent_view(_owed(actor), {"owed": True, "n": tx.state.n})
-
-
 def whole_list(harness: Harness, event: str, actor: str) -> str | None:
     """The list as the answer to ``event``; everything up to now counts as seen."""
-    from harness.agents.notice import mark_seen
-
-    block = restore_block(harness, RESTORE_TAIL)
-    with harness.store.write(harness.session(create=True).id, actor) as tx:
-        mark_seen(tx, actor)
-        if tx.agent_view_text(_owed(actor)):
-            tx.set_agent_view(_owed(actor), {})
+    block = _whole_list(harness, actor, RESTORE_TAIL)
     return None if block is None else additional_context(event, block)
 
 
@@ -127,11 +112,10 @@ def context_answer(harness: Harness, payload: Mapping[str, Any], event: str,
     from harness.agents.gemini_compress import compression_due
     from harness.agents.notice import take
 
-    sid = harness.session(create=True).id
-    owed = harness.store.agent_view(sid, _owed(actor))
-    if (isinstance(owed, dict) and owed.get("owed")) or compression_due(payload):
+    if owed(harness, actor) or compression_due(payload):
         return whole_list(harness, event, actor)
-    notice = take(harness.store, sid, actor, label=labels(harness, actor))
+    notice = take(harness.store, harness.session(create=True).id, actor,
+                  label=labels(harness, actor))
     return None if notice is None else additional_context(event, notice.text())
 
 

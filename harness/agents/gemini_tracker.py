@@ -131,7 +131,7 @@ def _create(tx: Tx, args: Mapping[str, Any], task_id: str, gemini_session: str, 
         tasks.append(ViewItem(num, title, "pending", None, None, key))
         note_description(tx, num, title, description, ts=ts, ref=ref)
         _save(tx, tasks)
-    _add_deps(tx, num, _nums(tasks, tx, gemini_session, deps), ts=ts, ref=ref)
+    add_deps(tx, num, _nums(tasks, tx, gemini_session, deps), ts=ts, ref=ref)
     return num
 
 
@@ -146,14 +146,16 @@ def _take_up(tx: Tx, tasks: list[ViewItem], title: str, gemini_session: str) -> 
     return None
 
 
-def _add_deps(tx: Tx, num: int, deps: list[int], *, ts: str | None, ref: str | None,
+def add_deps(tx: Tx, num: int, deps: list[int], *, ts: str | None, ref: str | None,
               drop: frozenset[int] = frozenset()) -> None:
-    """``num`` now depends on ``deps`` too (and no longer on ``drop``); a dependency that
-    would close a cycle is dropped: nothing on it could ever start."""
+    """``num`` now depends on ``deps`` too (and no longer on ``drop``, nor on a todo that
+    is gone); a dependency that would close a cycle is dropped: nothing on it could ever
+    start."""
     from harness.todos import reaches
 
     todo = tx.todo(num)
-    keep = [d for d in todo.depends_on if d not in drop]
+    # A dependency on a todo that is gone (removed since) goes too.
+    keep = [d for d in todo.depends_on if d not in drop and d in tx.state.todos]
     new = [d for d in deps if d != num and d not in keep and not reaches(tx, [d], num)]
     if new or len(keep) != len(todo.depends_on):
         tx.update_todo(num, depends_on=sorted({*keep, *new}), ts=ts, ref=ref)
@@ -194,7 +196,7 @@ def _update(tx: Tx, args: Mapping[str, Any], task_id: str, gemini_session: str, 
         own = frozenset(v.num for v in tasks if v.num is not None
                         and v.agent_id and v.agent_id.startswith(gemini_session + ":"))
         wanted = _nums(tasks, tx, gemini_session, dep_ids)
-        _add_deps(tx, item.num, wanted, ts=ts, ref=ref, drop=own - set(wanted))
+        add_deps(tx, item.num, wanted, ts=ts, ref=ref, drop=own - set(wanted))
     if description is not None:
         note_description(tx, item.num, title or item.content, description, ts=ts, ref=ref)
     tasks[idx] = item._replace(status=ours or item.status, content=title or item.content)
@@ -209,5 +211,5 @@ def _link(tx: Tx, task_id: str, dep_id: str, gemini_session: str, *, ts: str | N
     if len(nums) != 2:
         raise InputError(f"{LINK}: task {task_id!r} or {dep_id!r} of Gemini session "
                          f"{gemini_session} was never seen; skipped")
-    _add_deps(tx, nums[0], [nums[1]], ts=ts, ref=ref)
+    add_deps(tx, nums[0], [nums[1]], ts=ts, ref=ref)
     return nums[0]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import InputError, UsageError
-from harness.paths import codex_home, gemini_dir
+from harness.paths import codex_home, copilot_home, gemini_dir
 
 if TYPE_CHECKING:
     from harness.agents.claude_install import SettingsChange
@@ -152,8 +152,11 @@ def command_argv(command: str | None, agent: str) -> list[str]:
 
 
 def is_ours(hook: Any, agent: str) -> bool:
-    return (isinstance(hook, dict) and isinstance(hook.get("command"), str)
-            and re.search(rf"\bhook\s+{re.escape(agent)}\b", hook["command"]) is not None)
+    """A command hook that runs ``harness hook AGENT`` (Copilot CLI names the command
+    ``bash``)."""
+    line = hook.get("command", hook.get("bash")) if isinstance(hook, dict) else None
+    return (isinstance(line, str)
+            and re.search(rf"\bhook\s+{re.escape(agent)}\b", line) is not None)
 
 
 def _narrow_matchers(hooks: dict[str, Any], agent: str) -> list[str]:
@@ -398,3 +401,43 @@ def gemini_settings(hooks: InstallPlan, *, scope: str, cwd: Path, command: str |
                        after=_dumped(doc, hooks.before, bool(hooks.events or settings)),
                        events=hooks.events, notes=notes, settings=settings,
                        action=hooks.action)
+
+
+# -- GitHub Copilot CLI: a hooks file of our own, or the user's settings ------------------------
+
+# Its payloads do not name the event: each hook's command does (``--event``).
+COPILOT_EVENTS = ("sessionStart", "userPromptSubmitted", "postToolUse", "preCompact")
+
+
+def copilot_install(*, scope: str, cwd: Path, command: str | None = None) -> InstallPlan:
+    """Copilot CLI's hooks: the project's ``.github/hooks/todo-harness.json`` (a file of
+    ours, ``{"version": 1, "hooks": {...}}``), or ``hooks`` in the user's
+    ``$COPILOT_HOME/settings.json``; each event ``{"type": "command", "bash": "harness hook
+    copilot --event EVENT", "timeoutSec": 30}``."""
+    project = scope == "project"
+    path = cwd / ".github" / "hooks" / "todo-harness.json" if project \
+        else copilot_home() / "settings.json"
+    where = str(path)
+    before, doc = read_json(path)
+    if project:
+        doc.setdefault("version", 1)
+    hooks = doc.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise InputError("`hooks` is not an object", where=where)
+    cmd = command or default_command("copilot")
+    added = []
+    for event in COPILOT_EVENTS:
+        entries = hooks.setdefault(event, [])
+        if not isinstance(entries, list):
+            raise InputError(f"`hooks.{event}` is not a list", where=where)
+        if any(is_ours(e, "copilot") for e in entries):
+            continue
+        entries.append({"type": "command", "bash": f"{cmd} --event {event}", "timeoutSec": 30})
+        added.append(event)
+    notes = []
+    if project:
+        notes.append("Copilot CLI runs a repository's .github/hooks/ only in a folder it "
+                     "trusts: answer yes when it asks (headless: --trust-folder, or "
+                     "COPILOT_ALLOW_ALL=true)")
+    return InstallPlan(path=path, before=before, after=_dumped(doc, before, bool(added)),
+                       events=added, notes=notes, action="added the harness hooks")

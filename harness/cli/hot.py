@@ -36,6 +36,9 @@ COMMANDS: dict[tuple[str, ...], dict[str, Any]] = {
     ("hook", "opencode"): {"--actor": None},
     ("hook", "codex"): {"--actor": None},
     ("hook", "gemini-cli"): {"--actor": None},
+    ("hook", "copilot"): {"--actor": None, "--event": ("sessionStart", "userPromptSubmitted",
+                                                      "postToolUse", "preCompact",
+                                                      "sessionEnd")},
 }
 GLOBAL = {"--db": "db", "--session": "session", "-s": "session"}
 
@@ -93,7 +96,8 @@ def run(args: list[str]) -> int | None:
     words, opts = parsed
     db, session = opts.pop("db", None), opts.pop("session", None)
     if words[0] == "hook":
-        return hook(words[1], db=db, session=session, actor=opts.get("--actor"))
+        return hook(words[1], db=db, session=session, actor=opts.get("--actor"),
+                    event=opts.get("--event"))
     h = _harness(db, session)
     if words == ("todowrite",):
         todowrite(h, fmt=opts.get("--format", "auto"), actor=opts.get("--actor"),
@@ -192,7 +196,8 @@ def next_todo(h: Any, *, claim: bool, actor: str | None, as_json: bool) -> int:
     return 0 if found.todo is not None else 1
 
 
-def hook(agent: str, *, db: str | None, session: str | None, actor: str | None) -> int:
+def hook(agent: str, *, db: str | None, session: str | None, actor: str | None,
+         event: str | None = None) -> int:
     """``harness hook AGENT``: the agent's hook payload on stdin. Never fails the agent:
     any error is logged to ``<data dir>/logs/hooks.log`` and the hook exits 0."""
     name = actor or agent
@@ -208,7 +213,7 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None) 
 
             if payload.get("trigger") != "manual" and not compression_due(payload):
                 return None
-        if agent in ("claude-code", "codex", "gemini-cli"):
+        if agent in ("claude-code", "codex", "gemini-cli", "copilot"):
             # The project's store is found from the project directory, wherever the agent
             # runs the hook from.
             from harness.agents.claude import project_dir
@@ -219,16 +224,21 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None) 
 
             return handle(payload, _harness(db, session_for(payload, session),
                                             announce=False, cwd=where), actor=name)
-        if agent in ("codex", "gemini-cli"):
-            # Neither has a task list shared between sessions, as Claude Code has.
+        if agent in ("codex", "gemini-cli", "copilot"):
+            # None has a task list shared between sessions, as Claude Code has.
             from harness.agents.codex import session_for as codex_session
 
+            h = _harness(db, codex_session(payload, session), announce=False, cwd=where)
+            if agent == "copilot":
+                from harness.agents.copilot import handle as handle_copilot
+
+                # Its payload does not name the event: the installed command does.
+                return handle_copilot(payload, h, event=event or "", actor=name)
             if agent == "codex":
                 from harness.agents.codex import handle as handle_agent
             else:
                 from harness.agents.gemini import handle as handle_agent
-            return handle_agent(payload, _harness(db, codex_session(payload, session),
-                                                  announce=False, cwd=where), actor=name)
+            return handle_agent(payload, h, actor=name)
         from harness.agents.opencode import handle as handle_opencode
 
         return handle_opencode(payload, _harness(db, session, announce=False), actor=name)

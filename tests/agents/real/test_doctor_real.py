@@ -35,6 +35,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[s
            "HARNESS_CLAUDE_BIN": str(npm.claude_code(npm.versions("claude-code")[0])),
            "HARNESS_CODEX_BIN": str(npm.codex()), "HARNESS_OPENCODE_BIN": str(npm.opencode()),
            "HARNESS_GEMINI_BIN": str(npm.gemini_cli()),
+           "HARNESS_COPILOT_BIN": str(npm.program("copilot")),
            "GEMINI_CLI_HOME": str(tmp_path / "home")}
     return project, env
 
@@ -57,14 +58,18 @@ def test_doctor_before_and_after_the_installers(setup: tuple[Path, dict[str, str
     assert gemini["version"] == npm.versions("gemini-cli")[0] and not gemini["writes"]
     assert gemini["todo"] == ["run `harness hook gemini-cli install` here (turns the task "
                               "tracker on, installs the hooks)"]
+    copilot = found["copilot"]
+    assert copilot["version"] == npm.versions("copilot")[0]
+    assert copilot["writes"] and not copilot["seen"]
 
     cmd = ["--command", f"{HARNESS_CMD} hook claude-code"]
     assert harness_subprocess(["hook", "claude-code", "install", *cmd], cwd=project,
                               env=env).returncode == 0
     assert harness_subprocess(["hook", "codex", "install", "--codex", env["HARNESS_CODEX_BIN"]],
                               cwd=project, env=env).returncode == 0
-    assert harness_subprocess(["hook", "gemini-cli", "install"], cwd=project,
-                              env=env).returncode == 0
+    for agent in ("gemini-cli", "copilot"):
+        assert harness_subprocess(["hook", agent, "install"], cwd=project,
+                                  env=env).returncode == 0
     plugins = project / ".opencode" / "plugins"
     plugins.mkdir(parents=True)
     (plugins / "harness-todos.js").write_text("// the plugin\n")
@@ -81,6 +86,7 @@ def test_doctor_before_and_after_the_installers(setup: tuple[Path, dict[str, str
     assert gemini["how"] == "the task tracker (experimental.taskTracker in " \
                             ".gemini/settings.json)"
     assert gemini["todo"][0].startswith("trust this folder in Gemini CLI")
+    assert found["copilot"]["seen"] and found["copilot"]["todo"] == []
     human = harness_subprocess(["doctor", "--agent", "claude-code"], cwd=project, env=env)
     assert human.returncode == 0 and human.stdout.decode().splitlines()[1:] == [
         "  writes todos: yes, with its todo tools (CLAUDE_CODE_ENABLE_TODO_TOOLS=1 in "
@@ -104,5 +110,5 @@ def test_doctor_on_the_mcp_path_and_on_the_older_claude_code(
     assert claude["version"] == older and claude["writes"] and claude["seen"]
     assert claude["how"] == f"its todo tools (TaskCreate, TodoWrite): Claude Code {older} " \
                             "gates none"
-    bad = harness_subprocess(["doctor", "--agent", "copilot"], cwd=project, env=env)
-    assert bad.returncode == 2 and b"unknown agent 'copilot'" in bad.stderr
+    bad = harness_subprocess(["doctor", "--agent", "aider"], cwd=project, env=env)
+    assert bad.returncode == 2 and b"unknown agent 'aider'" in bad.stderr
