@@ -53,17 +53,18 @@ class Request(local_http.Request):
     def deferred(self) -> list[str]:
         """The tools Claude Code names without their schema (2.1.332: in a message of its
         own, "The following deferred tools are now available via ToolSearch ...:" and a
-        name a line), which a model loads with ``ToolSearch`` before it calls them."""
+        name a line; again, with the newcomers, when an MCP server connects late), which a
+        model loads with ``ToolSearch`` before it calls them."""
         text = self.plain
+        names: list[str] = []
         at = text.find(DEFERRED_HEAD)
-        if at < 0:
-            return []
-        names = []
-        for line in text[text.find(":\n", at) + 2:].splitlines():
-            if not line.strip() or " " in line.strip():
-                break
-            names.append(line.strip())
-        return names
+        while at >= 0:
+            for line in text[text.find(":\n", at) + 2:].splitlines():
+                if not line.strip() or " " in line.strip():
+                    break
+                names.append(line.strip())
+            at = text.find(DEFERRED_HEAD, at + 1)
+        return list(dict.fromkeys(names))
 
     def loaded(self, name: str) -> bool:
         """Whether the model may call tool ``name`` as it is: its schema is in ``tools``
