@@ -12,7 +12,7 @@ from pathlib import Path
 
 from state.fold import Event, TodoState
 from state.store import Store
-from tests.agents.real.claude_run import Result
+from tests.agents.real.claude_run import Result, stored_todos
 from tests.agents.real.conftest import HARNESS_CMD, harness, hook_log
 from tests.agents.real.gemini_server import GeminiServer
 from tests.agents.real.npm import gemini_cli
@@ -75,10 +75,7 @@ class GeminiProject:
         return Result(p.returncode, sid, lines, p.stderr, took)
 
     def todos(self) -> list[TodoState]:
-        with Store.open(str(self.db)) as s:
-            row = s.session_by_name(PROJECT)
-            assert row is not None, "no hook ever wrote to the session"
-            return sorted(s.todos(row.id), key=lambda t: (t.position, t.num))
+        return stored_todos(self.db)
 
     def events(self) -> list[Event]:
         with Store.open(str(self.db)) as s:
