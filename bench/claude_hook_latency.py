@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from process_timing import hook_rows, print_hook_table  # noqa: E402
 
 from tests.agents.real.anthropic_server import (  # noqa: E402
     AnthropicServer,
@@ -140,33 +142,13 @@ def main() -> None:
                 log = claude.hook_log()
                 if log:
                     raise SystemExit(f"the harness hooks logged errors:\n{log}")
-    names = sorted(set(results["harness"]) | set(results["baseline"]))
-    rows = []
-    for hook_name in names:
-        ours = results["harness"].get(hook_name, [])
-        base = results["baseline"].get(hook_name, [])
-        if not ours or not base:
-            continue
-        mo, mb = statistics.median(ours), statistics.median(base)
-        rows.append({"hook": hook_name, "n": len(ours), "harness_ms": round(mo, 1),
-                     "baseline_ms": round(mb, 1), "ratio": round(mo / mb, 2) if mb else None})
-    every = [x for v in results["harness"].values() for x in v]
-    every_base = [x for v in results["baseline"].values() for x in v]
-    total = {"hook": "all hooks", "n": len(every),
-             "harness_ms": round(statistics.median(every), 1),
-             "baseline_ms": round(statistics.median(every_base), 1),
-             "ratio": round(statistics.median(every) / statistics.median(every_base), 2)}
-    rows.append(total)
+    rows = hook_rows(results)
     if args.json:
         print(json.dumps({"version": args.version, "rounds": args.rounds, "rows": rows},
                          indent=2))
         return
-    print(f"Claude Code {args.version} hook latency, median ms, {args.rounds} rounds "
-          f"(baseline: the same hooks as `cat >/dev/null`)")
-    print(f"{'hook':28} {'n':>4} {'harness':>9} {'baseline':>9} {'ratio':>6}")
-    for r in rows:
-        print(f"{r['hook']:28} {r['n']:>4} {r['harness_ms']:>9} {r['baseline_ms']:>9} "
-              f"{r['ratio']:>6}")
+    print_hook_table(f"Claude Code {args.version} hook latency, median ms, {args.rounds} "
+                     f"rounds (baseline: the same hooks as `cat >/dev/null`)", rows)
 
 
 if __name__ == "__main__":

@@ -70,3 +70,34 @@ def print_table(rows: list[dict[str, object]]) -> None:
         p90 = f"{r['p90_ms']:>7}" if r["p90_ms"] is not None else f"{'':>7}"
         print(f"{r['case']:<{width}}  {r['median_ms']:>9}  {p90}  {r['ratio']:>10}"
               + (f"  {r['cpu_ms']:>6}" if with_cpu else ""))
+
+
+def hook_rows(results: dict[str, dict[str, list[float]]]) -> list[dict[str, object]]:
+    """The hook benchmarks' rows (claude_hook_latency.py, gemini_hook_latency.py): per hook,
+    the median ms of ``results["harness"]`` against ``results["baseline"]`` (the same hooks
+    as ``cat``), then every hook together."""
+    rows: list[dict[str, object]] = []
+    for name in sorted(set(results["harness"]) | set(results["baseline"])):
+        ours = results["harness"].get(name, [])
+        base = results["baseline"].get(name, [])
+        if not ours or not base:
+            continue
+        mo, mb = statistics.median(ours), statistics.median(base)
+        rows.append({"hook": name, "n": len(ours), "harness_ms": round(mo, 1),
+                     "baseline_ms": round(mb, 1), "ratio": round(mo / mb, 2) if mb else None})
+    every = [x for v in results["harness"].values() for x in v]
+    every_base = [x for v in results["baseline"].values() for x in v]
+    rows.append({"hook": "all hooks", "n": len(every),
+                 "harness_ms": round(statistics.median(every), 1),
+                 "baseline_ms": round(statistics.median(every_base), 1),
+                 "ratio": round(statistics.median(every) / statistics.median(every_base), 2)})
+    return rows
+
+
+def print_hook_table(title: str, rows: list[dict[str, object]]) -> None:
+    print(title)
+    width = max(28, *(len(str(r["hook"])) for r in rows))
+    print(f"{'hook':{width}} {'n':>4} {'harness':>9} {'baseline':>9} {'ratio':>6}")
+    for r in rows:
+        print(f"{r['hook']!s:{width}} {r['n']:>4} {r['harness_ms']:>9} {r['baseline_ms']:>9} "
+              f"{r['ratio']!s:>6}")

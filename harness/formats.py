@@ -10,6 +10,8 @@ opencode           content, status, priority (+ id, older)      pending in_progr
 claude (v1)        id, content, status, priority                pending in_progress completed
 claude (v2)        content, status, activeForm                  pending in_progress completed
 codex              step, status (``update_plan {plan:[...]}``)  pending in_progress completed
+gemini             description, status (``write_todos``)        pending in_progress completed
+                                                                cancelled blocked
 =================  ===========================================  ==============================
 
 We are liberal in what we accept (a bare list, a tool-call wrapper, Codex ``arguments`` as a
@@ -27,7 +29,7 @@ from typing import Any, NamedTuple
 
 from harness.errors import InputError, PayloadTooLarge
 
-FORMATS = ("opencode", "claude", "codex")
+FORMATS = ("opencode", "claude", "codex", "gemini")
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 _CANONICAL_PRIORITIES = frozenset({"high", "medium", "low"})
@@ -60,6 +62,12 @@ OPENCODE_IDS = Capabilities("opencode", _BASIC | {"cancelled"}, True, False, Tru
 CLAUDE_V1 = Capabilities("claude", _BASIC, True, False, True)
 CLAUDE_V2 = Capabilities("claude", _BASIC, False, True, False)
 CODEX = Capabilities("codex", _BASIC, False, False, False)
+# Gemini CLI's write_todos (Gemini 2 models): a description and a status, which can say
+# blocked and cancelled.
+GEMINI = Capabilities("gemini", _BASIC | {"cancelled", "blocked"}, False, False, False)
+# GitHub Copilot CLI's todos: rows of its session database (``todos``: id, title, status
+# pending/in_progress/done/blocked), read whole after each change (harness.agents.copilot).
+COPILOT = Capabilities("copilot", _BASIC | {"blocked"}, False, False, True)
 # Claude Code >= 2.1.142 task tools (TaskCreate/TaskUpdate): ids and an active form, no
 # priority. Importers build the whole list from the per-task calls.
 CLAUDE_TASKS = Capabilities("claude", _BASIC, False, True, True)
@@ -188,6 +196,9 @@ def parse(payload: Any, fmt: str = "auto", where: str = "stdin") -> AgentWrite:
 def _detect(items: list[Mapping[str, Any]]) -> str:
     if any("step" in it for it in items):
         return "codex"
+    if any("description" in it for it in items) and not any(
+            "content" in it or "subject" in it for it in items):
+        return "gemini"
     if any("activeForm" in it or "active_form" in it for it in items):
         return "claude"
     return "opencode"
@@ -197,6 +208,8 @@ def _caps_for(kind: str, items: list[Mapping[str, Any]]) -> Capabilities:
     has_ids = any("id" in it for it in items)
     if kind == "codex":
         return CODEX
+    if kind == "gemini":
+        return GEMINI
     if kind == "claude":
         if any("activeForm" in it or "active_form" in it for it in items) or not has_ids:
             return CLAUDE_V2
@@ -204,9 +217,12 @@ def _caps_for(kind: str, items: list[Mapping[str, Any]]) -> Capabilities:
     return OPENCODE_IDS if has_ids else OPENCODE
 
 
+_TEXT_KEY = {"codex": "step", "gemini": "description"}
+
+
 def _item(raw: Mapping[str, Any], caps: Capabilities, path: str, i: int, where: str) -> Item:
     # Hot path (every agent write): plain lookups first, the error text only on failure.
-    key = "step" if caps.name == "codex" else "content"
+    key = _TEXT_KEY.get(caps.name, "content")
     content = raw.get(key)
     if content is None and key == "content":
         content = raw.get("subject")
@@ -217,8 +233,8 @@ def _item(raw: Mapping[str, Any], caps: Capabilities, path: str, i: int, where: 
         loc = _loc(path, i)
         if status is None:
             raise InputError(f"{loc}.status: missing status", where=where)
-        allowed = ", ".join(s for s in ("pending", "in_progress", "completed", "cancelled")
-                            if s in caps.statuses)
+        allowed = ", ".join(s for s in ("pending", "in_progress", "completed", "cancelled",
+                                        "blocked") if s in caps.statuses)
         raise InputError(f"{loc}.status: unknown status {status!r} for {caps.name} "
                          f"(expected one of {allowed})", where=where)
     priority = raw.get("priority") if caps.has_priority else None
@@ -264,8 +280,8 @@ def agent_status(status: str, caps: Capabilities) -> str:
 
 def render_item(v: ViewItem, caps: Capabilities) -> dict[str, Any]:
     """One entry of the list we hand back, in the agent's own shape."""
-    if caps.name == "codex":
-        return {"step": v.content, "status": v.status}
+    if caps.name in _TEXT_KEY:
+        return {_TEXT_KEY[caps.name]: v.content, "status": v.status}
     out: dict[str, Any] = {}
     if caps.has_id:
         out["id"] = v.agent_id or f"t{v.num}"
@@ -284,4 +300,4 @@ def render_list(view: Iterable[ViewItem], caps: Capabilities) -> dict[str, Any]:
 
 
 def caps_named(name: str) -> Capabilities:
-    return {"opencode": OPENCODE, "claude": CLAUDE_V2, "codex": CODEX}[name]
+    return {"opencode": OPENCODE, "claude": CLAUDE_V2, "codex": CODEX, "gemini": GEMINI}[name]

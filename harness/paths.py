@@ -51,6 +51,20 @@ def codex_home() -> Path:
     return Path(home).expanduser() if home else Path.home() / ".codex"
 
 
+def copilot_home() -> Path:
+    """GitHub Copilot CLI's directory: ``$COPILOT_HOME``, else ``~/.copilot`` (its settings,
+    user-level hooks and each session's state, ``session-state/<id>/``)."""
+    home = os.environ.get("COPILOT_HOME")
+    return Path(home).expanduser() if home else Path.home() / ".copilot"
+
+
+def gemini_dir() -> Path:
+    """Gemini CLI's user directory: ``$GEMINI_CLI_HOME/.gemini``, else ``~/.gemini`` (its
+    user settings, trusted folders, saved chats and task trackers live there)."""
+    home = os.environ.get("GEMINI_CLI_HOME")
+    return (Path(home).expanduser() if home else Path.home()) / ".gemini"
+
+
 @dataclass(frozen=True)
 class Resolved:
     value: str

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.errors import InputError, UsageError
-from harness.formats import agent_status, caps_named, normalize_priority
+from harness.formats import FORMATS, agent_status, caps_named, normalize_priority
 from state.fold import PRIORITIES, STATUS_GROUP, TodoState
 from state.store import Store, Tx
 
@@ -303,7 +303,7 @@ def _patch_view(tx: Tx, actor: str, todo: TodoState, seen_n: int) -> None:
     if view.get("n") == seen_n:
         view["n"] = tx.state.n  # the agent was up to date, and made this change itself
     fmt = view.get("format")
-    caps = caps_named(fmt) if fmt in ("opencode", "claude", "codex") else None
+    caps = caps_named(fmt) if fmt in FORMATS else None
     touched = False
     for row in view["items"]:
         if isinstance(row, list) and row and row[0] == todo.num:

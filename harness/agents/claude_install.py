@@ -128,16 +128,17 @@ def mcp_config_path(scope: str, cwd: Path) -> Path:
     return cwd / ".mcp.json"
 
 
-def mcp_server_entry(argv: list[str]) -> dict[str, Any]:
-    """The server as Claude Code starts it: this harness, ``mcp --agent claude-code``,
-    serving the todo tools."""
+def mcp_server_entry(argv: list[str], agent: str = "claude-code") -> dict[str, Any]:
+    """The server as Claude Code (or another ``agent`` that reads the same
+    ``mcpServers`` shape, as Gemini CLI does) starts it: this harness, ``mcp --agent
+    AGENT``, serving the todo tools."""
     return {"type": "stdio", "command": argv[0],
-            "args": [*argv[1:], "mcp", "--agent", "claude-code", "--tools", ",".join(MCP_TOOLS)],
+            "args": [*argv[1:], "mcp", "--agent", agent, "--tools", ",".join(MCP_TOOLS)],
             "env": {}}
 
 
 def mcp_servers_change(doc: dict[str, Any], argv: list[str], *,
-                       where: str) -> list[str]:
+                       where: str, agent: str = "claude-code") -> list[str]:
     """Register the server in an MCP config ``doc`` (in place): the change made, if any.
     A ``harness`` server already there is left as it is (the user's, or an earlier
     install's)."""
@@ -146,7 +147,7 @@ def mcp_servers_change(doc: dict[str, Any], argv: list[str], *,
         raise InputError("`mcpServers` is not an object", where=where)
     if MCP_NAME in servers:
         return []
-    servers[MCP_NAME] = mcp_server_entry(argv)
+    servers[MCP_NAME] = mcp_server_entry(argv, agent)
     return [f"mcpServers.{MCP_NAME}"]
 
 

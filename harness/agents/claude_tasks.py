@@ -6,6 +6,9 @@ The map is an agent view of its own (key ``agent:claude-code/tasks``): a list of
 :class:`~harness.formats.ViewItem` rows, each a todo of ours with Claude's key for it,
 ``<task list>:<task id>``, and the task as Claude last said it was. Both callers read it,
 change it and save it inside their own write transaction.
+
+Gemini CLI's tracker tasks are mapped the same way, in a view of their own
+(:mod:`harness.agents.gemini_tracker` passes its ``view`` and ``fmt``).
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ TASK_FORMAT = "claude-tasks"
 TASK_STATUSES = ("pending", "in_progress", "completed")
 
 
-def load_map(tx: Tx) -> list[ViewItem]:
-    view = tx.agent_view(TASK_VIEW)
+def load_map(tx: Tx, view_key: str = TASK_VIEW) -> list[ViewItem]:
+    view = tx.agent_view(view_key)
     if not isinstance(view, dict) or not isinstance(view.get("items"), list):
         return []
     out = []
@@ -36,49 +39,60 @@ def load_map(tx: Tx) -> list[ViewItem]:
     return out
 
 
-def task_labels(get_view: Callable[[str], Any], actor: str) -> Labeler:
+def task_labels(get_view: Callable[[str], Any], actor: str, *, view_key: str = TASK_VIEW,
+                prefix: str = "#") -> Labeler:
     """How Claude knows a todo, for a notice (:mod:`harness.agents.notice`): ``#3``, its
     task 3 (the id ``TaskList`` shows and ``TaskUpdate`` takes), else ``item 2``, its place
-    in the list Claude's last ``TodoWrite`` sent. Both views are read on the first call."""
+    in the list Claude's last ``TodoWrite`` sent. Both views are read on the first call.
+    (Gemini CLI's tracker passes its own map, ``view_key``, and names a task ``task
+    929ca3``; a todo mapped in several sessions takes the latest mapping.)"""
     tasks: dict[int, str] | None = None
     in_list = positions(get_view, actor, "item")
 
     def label(num: int) -> str | None:
         nonlocal tasks
         if tasks is None:
-            view = get_view(TASK_VIEW)
+            view = get_view(view_key)
             rows = view.get("items") if isinstance(view, dict) else None
             tasks = {}
             for row in rows if isinstance(rows, list) else []:
                 if (isinstance(row, list) and len(row) > 5 and isinstance(row[0], int)
                         and isinstance(row[5], str) and ":" in row[5]):
-                    tasks[row[0]] = "#" + row[5].rsplit(":", 1)[1]
+                    tasks[row[0]] = prefix + row[5].rsplit(":", 1)[1]
         return tasks.get(num) or in_list(num)
 
     return label
 
 
-def save_map(tx: Tx, items: list[ViewItem]) -> None:
+def save_map(tx: Tx, items: list[ViewItem], view_key: str = TASK_VIEW,
+             fmt: str = TASK_FORMAT) -> None:
     # Tasks removed from the store (by a person, or by the agent's own TodoWrite) drop out.
     items = [v for v in items if v.num in tx.state.todos]
-    tx.set_agent_view(TASK_VIEW, {"format": TASK_FORMAT, "items": items})
+    tx.set_agent_view(view_key, {"format": fmt, "items": items})
 
 
 def create_task(tx: Tx, tasks: list[ViewItem], key: str, subject: str, *,
                 active_form: str | None = None, description: str | None = None,
-                status: str = "pending", ts: str | None = None) -> int | None:
+                status: str = "pending", ts: str | None = None, ref: str | None = None,
+                view_key: str = TASK_VIEW, fmt: str = TASK_FORMAT) -> int | None:
     """A todo for Claude's task ``key``, added to ``tasks`` and the saved map; its
     description, when it says more than the subject, becomes a note. None: the map has
     that task already (one task delivered twice: TaskCreated, then PostToolUse)."""
     if any(v.agent_id == key and v.num in tx.state.todos for v in tasks):
         return None
     todo = tx.create_todo(subject, active_form=active_form, origin="agent", status=status,
-                          ts=ts)
-    if description and description.strip() and description.strip() != subject.strip():
-        tx.emit("todo.noted", todo_id=todo.num, ts=ts, payload={"text": description})
+                          ts=ts, ref=ref)
+    note_description(tx, todo.num, subject, description, ts=ts, ref=ref)
     tasks.append(ViewItem(todo.num, subject, status, None, active_form, key))
-    save_map(tx, tasks)
+    save_map(tx, tasks, view_key, fmt)
     return todo.num
+
+
+def note_description(tx: Tx, num: int, subject: str, description: str | None, *,
+                     ts: str | None = None, ref: str | None = None) -> None:
+    """A task's description is a note on its todo, when it says more than the subject."""
+    if description and description.strip() and description.strip() != subject.strip():
+        tx.emit("todo.noted", todo_id=num, ts=ts, ref=ref, payload={"text": description})
 
 
 def status_change(todo: TodoState, item: ViewItem, status: str | None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from harness.agents.notice import Labeler, seen_now, take
+from harness.agents.notice import Labeler, mark_seen, seen_now, take
 from harness.context import Harness
 from state.store import Tx
 
@@ -77,6 +77,33 @@ def restore_block(harness: Harness, tail: str) -> str | None:
     sess = harness.session(create=True)
     todos = sorted(harness.store.todos(sess.id), key=lambda t: (t.position, t.num))
     return prompt_block(todos, sess.name, tail=tail) if todos else None
+
+
+OWED = "/restore"  # an agent view: a cut whose list the agent has not been shown yet
+
+
+def owe(harness: Harness, actor: str) -> None:
+    """The agent's context was cut where its program takes no answer (Gemini CLI's
+    ``/clear`` and ``/compress``, Copilot CLI's compaction): the next answer it reads
+    shows the whole list (:func:`whole_list`)."""
+    with harness.store.write(harness.session(create=True).id, actor) as tx:
+        tx.set_agent_view(actor + OWED, {"owed": True, "n": tx.state.n})
+
+
+def owed(harness: Harness, actor: str) -> bool:
+    view = harness.store.agent_view(harness.session(create=True).id, actor + OWED)
+    return isinstance(view, dict) and bool(view.get("owed"))
+
+
+def whole_list(harness: Harness, actor: str, tail: str) -> str | None:
+    """The list as an answer shows it (None: empty); everything up to now counts as seen,
+    and nothing is owed any more."""
+    block = restore_block(harness, tail)
+    with harness.store.write(harness.session(create=True).id, actor) as tx:
+        mark_seen(tx, actor)
+        if tx.agent_view_text(actor + OWED):
+            tx.set_agent_view(actor + OWED, {})
+    return block
 
 
 def record_cut(harness: Harness, payload: Mapping[str, Any], cut: str, *, actor: str,

@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.agents import claude_install as ci
 from harness.errors import InputError
-from harness.paths import codex_home
+from harness.paths import codex_home, copilot_home, gemini_dir
 
 VERSION_TIMEOUT = 15.0
 INSTALL_CLAUDE = "run `harness hook claude-code install` here"
@@ -235,12 +235,92 @@ def opencode(project: Path, program: Path, version: str | None) -> Finding:
     return f
 
 
+# -- Gemini CLI -----------------------------------------------------------------------------
+
+INSTALL_GEMINI = "run `harness hook gemini-cli install` here"
+
+
+def gemini(project: Path, program: Path, version: str | None) -> Finding:
+    from harness.agents.install import gemini_2, gemini_trusted, is_ours
+
+    f = Finding("gemini-cli", str(program), version)
+    user = gemini_dir() / "settings.json"
+    docs = [(p, _json(p)) for p in (user, project / ".gemini" / "settings.json")]
+
+    def setting(*keys: str) -> tuple[Path, Any] | None:
+        """The strongest file's value (the project's over the user's), and the file."""
+        for path, doc in reversed(docs):
+            value: Any = doc
+            for key in keys:
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is not None:
+                return path, value
+        return None
+
+    tracker, model = setting("experimental", "taskTracker"), setting("model", "name")
+    servers = [p for p, doc in docs if isinstance(doc.get("mcpServers"), dict)
+               and ci.MCP_NAME in doc["mcpServers"]]
+    if tracker is not None and tracker[1] is True:
+        f.writes, f.how = True, f"the task tracker (experimental.taskTracker in " \
+                                f"{_rel(tracker[0], project)})"
+    elif model is not None and gemini_2(model[1]):
+        f.writes, f.how = True, f"write_todos (model.name is {model[1]} in " \
+                                f"{_rel(model[0], project)})"
+    elif servers:
+        f.writes, f.seen = True, True
+        f.how = "the harness MCP server's todowrite (the task tracker is off)"
+        f.seen_how = f"through the harness MCP server ({_rel(servers[-1], project)})"
+        return f
+    else:
+        f.how = ("Gemini CLI gives its current models no todo tool while the task tracker "
+                 "(experimental.taskTracker) is off, and no harness MCP server is registered")
+    hooked = [p for p, doc in docs if any(
+        is_ours(h, "gemini-cli") for g in (doc.get("hooks") or {}).get("AfterTool") or []
+        if isinstance(g, dict) for h in g.get("hooks") or [])]
+    needs = [] if f.writes else ["turns the task tracker on"]
+    if hooked:
+        f.seen, f.seen_how = True, f"the harness hooks in {_rel(hooked[-1], project)}"
+    else:
+        f.seen_how = "no harness hooks in Gemini CLI's settings"
+        needs.append("installs the hooks")
+    if needs:
+        f.todo.append(f"{INSTALL_GEMINI} ({', '.join(needs)})")
+    if hooked and hooked[-1].parent.parent == project and not gemini_trusted(project):
+        f.seen = False
+        f.seen_how += ", in a folder Gemini CLI does not trust (it ignores them until then)"
+        f.todo.append("trust this folder in Gemini CLI (yes on its first start here, "
+                      "--skip-trust, or GEMINI_CLI_TRUST_WORKSPACE=true headless)")
+    return f
+
+
+# -- GitHub Copilot CLI ---------------------------------------------------------------------
+
+def copilot(project: Path, program: Path, version: str | None) -> Finding:
+    from harness.agents.install import is_ours
+
+    f = Finding("copilot", str(program), version)
+    f.writes, f.how = True, "its session's todos table (the sql tool, built in)"
+    files = [*sorted((project / ".github" / "hooks").glob("*.json")),
+             copilot_home() / "settings.json"]
+    hooked = [p for p in files if any(
+        is_ours(h, "copilot") for h in ((_json(p).get("hooks") or {}).get("postToolUse") or [])
+        if isinstance(h, dict))]
+    if hooked:
+        f.seen, f.seen_how = True, f"the harness hooks in {_rel(hooked[0], project)}"
+    else:
+        f.seen_how = "no harness hooks in .github/hooks/ or Copilot CLI's settings"
+        f.todo.append("run `harness hook copilot install` here (installs the hooks)")
+    return f
+
+
 Check = Callable[[Path, Path, str | None], Finding]
 # agent -> (its program's name on PATH, the variable that names it instead, the check)
 CHECKS: dict[str, tuple[str, str, Check]] = {
     "claude-code": ("claude", "HARNESS_CLAUDE_BIN", claude),
     "codex": ("codex", "HARNESS_CODEX_BIN", codex),
     "opencode": ("opencode", "HARNESS_OPENCODE_BIN", opencode),
+    "gemini-cli": ("gemini", "HARNESS_GEMINI_BIN", gemini),
+    "copilot": ("copilot", "HARNESS_COPILOT_BIN", copilot),
 }
 
 

@@ -1,10 +1,11 @@
-"""``harness hook claude-code install`` and ``harness hook codex install``: merge the
-harness's hooks into the agent's own hook settings.
+"""``harness hook claude-code|codex|gemini-cli install``: merge the harness's hooks into
+the agent's own hook settings.
 
 Claude Code reads ``.claude/settings.json`` (project) and ``~/.claude/settings.json``
 (user, or ``$CLAUDE_CONFIG_DIR/settings.json``); Codex reads ``.codex/hooks.json`` and
-``$CODEX_HOME/hooks.json`` (default ``~/.codex``). Both keep hooks as ``{"hooks": {EVENT:
-[{"matcher": ..., "hooks": [{"type": "command", "command": ...}]}]}}``.
+``$CODEX_HOME/hooks.json`` (default ``~/.codex``); Gemini CLI reads ``.gemini/settings.json``
+and ``~/.gemini/settings.json`` (``$GEMINI_CLI_HOME/.gemini``). All keep hooks as
+``{"hooks": {EVENT: [{"matcher": ..., "hooks": [{"type": "command", "command": ...}]}]}}``.
 
 The merge keeps everything else in the file, in its order. An event that already has a
 command hook running ``harness hook AGENT`` (however it is spelt: a path, a
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import InputError, UsageError
-from harness.paths import codex_home
+from harness.paths import codex_home, copilot_home, gemini_dir
 
 if TYPE_CHECKING:
     from harness.agents.claude_install import SettingsChange
@@ -54,7 +55,16 @@ CODEX_EVENTS: dict[str, str | None] = {
     "PostToolUse": "update_plan",
     "UserPromptSubmit": None,  # carries a person's change since Codex last saw the list
 }
-AGENTS = {"claude-code": CLAUDE_EVENTS, "codex": CODEX_EVENTS}
+# Gemini CLI matches a SessionStart or PreCompress matcher against the source or trigger
+# exactly (no alternatives): those take none. AfterTool runs after every tool, since the
+# notice rides on whichever tool's result comes next.
+GEMINI_EVENTS: dict[str, str | None] = {
+    "SessionStart": None,
+    "BeforeAgent": None,
+    "AfterTool": None,
+    "PreCompress": None,
+}
+AGENTS = {"claude-code": CLAUDE_EVENTS, "codex": CODEX_EVENTS, "gemini-cli": GEMINI_EVENTS}
 
 
 @dataclass
@@ -103,6 +113,8 @@ def settings_path(agent: str, scope: str, cwd: Path) -> Path:
             return (Path(base).expanduser() if base else Path.home() / ".claude") \
                 / "settings.json"
         return cwd / ".claude" / "settings.json"
+    if agent == "gemini-cli":
+        return (gemini_dir() if scope == "user" else cwd / ".gemini") / "settings.json"
     if scope == "user":
         return codex_home() / "hooks.json"
     return cwd / ".codex" / "hooks.json"
@@ -140,8 +152,11 @@ def command_argv(command: str | None, agent: str) -> list[str]:
 
 
 def is_ours(hook: Any, agent: str) -> bool:
-    return (isinstance(hook, dict) and isinstance(hook.get("command"), str)
-            and re.search(rf"\bhook\s+{re.escape(agent)}\b", hook["command"]) is not None)
+    """A command hook that runs ``harness hook AGENT`` (Copilot CLI names the command
+    ``bash``)."""
+    line = hook.get("command", hook.get("bash")) if isinstance(hook, dict) else None
+    return (isinstance(line, str)
+            and re.search(rf"\bhook\s+{re.escape(agent)}\b", line) is not None)
 
 
 def _narrow_matchers(hooks: dict[str, Any], agent: str) -> list[str]:
@@ -219,7 +234,10 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
                and any(is_ours(h, agent) for h in g["hooks"]) for g in groups):
             continue
         group: dict[str, Any] = {"matcher": matcher} if matcher else {}
-        group["hooks"] = [{"type": "command", "command": cmd}]
+        hook: dict[str, Any] = {"type": "command", "command": cmd}
+        if agent == "gemini-cli":
+            hook = {"name": "todo-harness", **hook}  # how Gemini CLI names it to the user
+        group["hooks"] = [hook]
         groups.append(group)
         added.append(event)
     notes = _narrow_matchers(hooks, agent)
@@ -312,3 +330,114 @@ def codex_config(hooks: InstallPlan, *, scope: str, cwd: Path,
                      f"[projects.{json.dumps(str(cwd))}] trust_level = \"trusted\" to {path}")
     return InstallPlan(path=path, before=before, after=text if changes else (before or ""),
                        events=changes, notes=notes)
+
+
+# -- Gemini CLI: the task tools, or the MCP server --------------------------------------------
+
+TRACKER_NOTE = ("Gemini CLI's task tracker goes on (experimental.taskTracker): its current "
+                "models get task tools, whose calls the hooks copy into the store; "
+                "--no-task-tools leaves it off")
+
+
+def gemini_2(model: Any) -> bool:
+    """Gemini CLI offers ``write_todos`` to Gemini 2 models only (while the tracker is
+    off)."""
+    return isinstance(model, str) and re.match(r"gemini-2(\.|$)", model) is not None
+
+
+def gemini_trusted(cwd: Path) -> bool:
+    """Whether Gemini CLI trusts ``cwd`` (``trustedFolders.json``: the longest rule that
+    covers it decides; ``TRUST_PARENT`` trusts the rule's parent folder)."""
+    try:
+        rules = json.loads((gemini_dir() / "trustedFolders.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    best: tuple[int, str] | None = None
+    for raw, level in (rules.items() if isinstance(rules, dict) else []):
+        root = Path(raw).parent if level == "TRUST_PARENT" else Path(raw)
+        if (root == cwd or root in cwd.parents) and (best is None
+                                                      or len(str(root)) >= best[0]):
+            best = (len(str(root)), str(level))
+    return best is not None and best[1] in ("TRUST_FOLDER", "TRUST_PARENT")
+
+
+def gemini_settings(hooks: InstallPlan, *, scope: str, cwd: Path, command: str | None,
+                    task_tools: bool) -> InstallPlan:
+    """The hooks' plan, with what else Gemini CLI needs in the same file: the task tracker
+    (the model's todo tool) on, or, with ``task_tools`` False and no ``write_todos`` for
+    the configured model, the harness MCP server (``harness mcp --agent gemini-cli``,
+    serving the todo tools: it writes as the hooks do, to their session)."""
+    from harness.agents.claude_install import mcp_servers_change
+
+    where = str(hooks.path)
+    doc = json.loads(hooks.after) if hooks.after.strip() else {}
+    settings = list(hooks.settings)
+    notes = list(hooks.notes)
+    experimental = doc.get("experimental")
+    if experimental is not None and not isinstance(experimental, dict):
+        raise InputError("`experimental` is not an object", where=where)
+    tracker_on = isinstance(experimental, dict) and experimental.get("taskTracker") is True
+    if task_tools:
+        if not tracker_on:
+            doc.setdefault("experimental", {})["taskTracker"] = True
+            settings.append("experimental.taskTracker")
+            notes.append(TRACKER_NOTE)
+    else:
+        model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+        if tracker_on:
+            notes.append("the task tracker is on in these settings already: its tools are "
+                         "the model's, and the hooks follow them (no MCP server added)")
+        elif gemini_2(model.get("name")):
+            notes.append(f"{model['name']} has Gemini CLI's write_todos, which the hooks "
+                         "follow: no MCP server added")
+        else:
+            settings += mcp_servers_change(doc, command_argv(command, "gemini-cli"),
+                                           where=where, agent="gemini-cli")
+    if scope == "project" and not gemini_trusted(cwd):
+        notes.append(f"Gemini CLI reads {hooks.path.parent.name}/settings.json only in a "
+                     f"trusted folder: trust {cwd} when Gemini CLI asks (or run it with "
+                     "--skip-trust, or GEMINI_CLI_TRUST_WORKSPACE=true, headless)")
+    return InstallPlan(path=hooks.path, before=hooks.before,
+                       after=_dumped(doc, hooks.before, bool(hooks.events or settings)),
+                       events=hooks.events, notes=notes, settings=settings,
+                       action=hooks.action)
+
+
+# -- GitHub Copilot CLI: a hooks file of our own, or the user's settings ------------------------
+
+# Its payloads do not name the event: each hook's command does (``--event``).
+COPILOT_EVENTS = ("sessionStart", "userPromptSubmitted", "postToolUse", "preCompact")
+
+
+def copilot_install(*, scope: str, cwd: Path, command: str | None = None) -> InstallPlan:
+    """Copilot CLI's hooks: the project's ``.github/hooks/todo-harness.json`` (a file of
+    ours, ``{"version": 1, "hooks": {...}}``), or ``hooks`` in the user's
+    ``$COPILOT_HOME/settings.json``; each event ``{"type": "command", "bash": "harness hook
+    copilot --event EVENT", "timeoutSec": 30}``."""
+    project = scope == "project"
+    path = cwd / ".github" / "hooks" / "todo-harness.json" if project \
+        else copilot_home() / "settings.json"
+    where = str(path)
+    before, doc = read_json(path)
+    if project:
+        doc.setdefault("version", 1)
+    hooks = doc.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise InputError("`hooks` is not an object", where=where)
+    cmd = command or default_command("copilot")
+    added = []
+    for event in COPILOT_EVENTS:
+        entries = hooks.setdefault(event, [])
+        if not isinstance(entries, list):
+            raise InputError(f"`hooks.{event}` is not a list", where=where)
+        if any(is_ours(e, "copilot") for e in entries):
+            continue
+        entries.append({"type": "command", "bash": f"{cmd} --event {event}", "timeoutSec": 30})
+        added.append(event)
+    notes = []
+    if project:
+        notes.append("Copilot CLI runs a repository's .github/hooks/ only in a folder it "
+                     "trusts: answer yes when it asks (headless: --trust-folder, or "
+                     "COPILOT_ALLOW_ALL=true)")
+    return InstallPlan(path=path, before=before, after=_dumped(doc, before, bool(added)),
+                       events=added, notes=notes, action="added the harness hooks")

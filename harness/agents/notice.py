@@ -113,10 +113,11 @@ def _short(value: Any) -> str:
     return repr(safe_line(str(value), 80))
 
 
-def positions(get_view: Callable[[str], Any], actor: str, word: str) -> Labeler:
+def positions(get_view: Callable[[str], Any], actor: str, word: str | None) -> Labeler:
     """A :data:`Labeler` from the list ``actor`` last sent or was shown (its agent view,
     read through ``get_view`` on the first call): ``"<word> <position>"``, counted from 1
-    as the agent counts its list. A todo not in that list has no label."""
+    as the agent counts its list; with ``word`` None, the agent's own id for the item (a
+    list with ids, as Copilot CLI's todos table). A todo not in that list has no label."""
     found: dict[int, str] | None = None
 
     def label(num: int) -> str | None:
@@ -124,9 +125,13 @@ def positions(get_view: Callable[[str], Any], actor: str, word: str) -> Labeler:
         if found is None:
             view = get_view(actor)
             rows = view.get("items") if isinstance(view, dict) else None
-            found = {row[0]: f"{word} {i}" for i, row in
-                     enumerate(rows if isinstance(rows, list) else [], 1)
-                     if isinstance(row, list) and row and isinstance(row[0], int)}
+            found = {}
+            for i, row in enumerate(rows if isinstance(rows, list) else [], 1):
+                if not (isinstance(row, list) and row and isinstance(row[0], int)):
+                    continue
+                own = row[5] if len(row) > 5 and row[5] else None
+                if word is not None or own:
+                    found[row[0]] = f"{word} {i}" if word is not None else str(own)
         return found.get(num)
 
     return label

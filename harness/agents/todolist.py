@@ -14,7 +14,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.formats import AgentWrite, Capabilities, ViewItem, caps_named, render_list
+from harness.formats import (
+    FORMATS,
+    AgentWrite,
+    Capabilities,
+    ViewItem,
+    caps_named,
+    render_list,
+)
 from harness.merge import Plan, others_changes, plan, sent_view, standing_notes, view_of
 from harness.render import safe_line
 from state.fold import TodoState, unmet_dependencies
@@ -169,7 +176,7 @@ def todoread(store: Store, session_id: int, fmt: str = "prompt", *,
     if fmt == "json":
         by_num = {t.num: t for t in todos}
         return json.dumps([todo_json(t, by_num) for t in todos], indent=2, ensure_ascii=False)
-    if fmt in ("opencode", "claude", "codex"):
+    if fmt in FORMATS:
         caps = caps_named(fmt)
         return json.dumps(render_list(view_of(todos, caps), caps), indent=2, ensure_ascii=False)
     if fmt == "prompt":

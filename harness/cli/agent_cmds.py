@@ -31,8 +31,9 @@ def todowrite_cmd(fmt: str, actor: str | None, path: Path | None, no_response_vi
     """Merge an agent's full todo list (one JSON payload on stdin) into the session.
 
     Accepts opencode `todowrite` ({todos:[{content,status,priority[,id]}]}), Claude Code
-    `TodoWrite` v1/v2 ({todos:[{content,status,activeForm}]}) and Codex `update_plan`
-    ({plan:[{step,status}]}, also with `arguments` as a JSON string). Prints the resulting
+    `TodoWrite` v1/v2 ({todos:[{content,status,activeForm}]}), Codex `update_plan`
+    ({plan:[{step,status}]}, also with `arguments` as a JSON string) and Gemini CLI
+    `write_todos` ({todos:[{description,status}]}). Prints the resulting
     list in the same shape; notes on what others changed go to stderr.
     """
     hot.todowrite(harness(), fmt=fmt, actor=actor, path=path,
@@ -43,7 +44,7 @@ def todowrite_cmd(fmt: str, actor: str | None, path: Path | None, no_response_vi
 @click.option("--format", "fmt", type=click.Choice(list(hot.TODOREAD_FORMATS)),
               default="prompt", show_default=True,
               help="prompt: a compact block for an agent's context; json: every field; "
-                   "opencode/claude/codex: that agent's own shape.")
+                   "opencode/claude/codex/gemini: that agent's own shape.")
 @common_options
 def todoread_cmd(fmt: str) -> None:
     """Print the session's todo list for an agent (or a person)."""

@@ -1,5 +1,5 @@
-"""Agents using the harness directly: `harness mcp`, `harness hook claude-code|codex|opencode`
-(and their `install`), `harness watch-codex`.
+"""Agents using the harness directly: `harness mcp`, `harness hook
+claude-code|codex|gemini-cli|opencode` (and their `install`), `harness watch-codex`.
 
 The MCP SDK is imported only when `harness mcp` runs; the hooks themselves run through
 :mod:`harness.cli.hot` (no click at all) on every todo call of an agent.
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 @click.option("--tools", metavar="A,B,C",
               help="Serve only these tools (their schemas cost the agent's context; see "
                    "docs/PERFORMANCE.md). Default: all.")
-@click.option("--agent", type=click.Choice(["claude-code", "codex"]),
+@click.option("--agent", type=click.Choice(["claude-code", "codex", "gemini-cli"]),
               help="Serve beside this agent's hooks: write as agent:AGENT, to the session "
                    "its hooks use (found from the project directory, CLAUDE_PROJECT_DIR or "
                    "here, as they find it). `harness hook claude-code install` registers "
@@ -128,6 +128,54 @@ def hook_codex(ctx: click.Context, actor: str) -> None:
         _run_hook("codex", actor)
 
 
+@hook_group.group("gemini-cli", invoke_without_command=True)
+@click.option("--actor", metavar="NAME", default="gemini-cli", show_default=True,
+              help="Record writes as agent:NAME.")
+@common_options
+@click.pass_context
+def hook_gemini_cli(ctx: click.Context, actor: str) -> None:
+    """A Gemini CLI hook (settings.json `hooks`): the hook's JSON payload on stdin.
+
+    \b
+    SessionStart                    recorded; the list is printed as additionalContext
+    AfterTool write_todos           the whole list is merged (Gemini 2 models)
+    AfterTool tracker_*             one task is created, changed or linked (the task
+                                    tracker, with experimental.taskTracker)
+    AfterTool (any), BeforeAgent    what others changed since Gemini last saw the list,
+                                    or the whole list when a compression is due
+    PreCompress                     a compression is recorded in the history
+
+    `harness hook gemini-cli install` writes these hooks into .gemini/settings.json.
+    """
+    if ctx.invoked_subcommand is None:
+        _run_hook("gemini-cli", actor)
+
+
+@hook_group.group("copilot", invoke_without_command=True)
+@click.option("--event", type=click.Choice(["sessionStart", "userPromptSubmitted",
+                                            "postToolUse", "preCompact", "sessionEnd"]),
+              help="The hook's event (Copilot CLI's payloads do not say it).")
+@click.option("--actor", metavar="NAME", default="copilot", show_default=True,
+              help="Record writes as agent:NAME.")
+@common_options
+@click.pass_context
+def hook_copilot(ctx: click.Context, event: str | None, actor: str) -> None:
+    """A GitHub Copilot CLI hook: the hook's JSON payload on stdin, its event as --event.
+
+    \b
+    sessionStart                    recorded; the list is printed as additionalContext
+    postToolUse sql                 the session's todos table (and todo_deps) is merged,
+                                    when the query touched it
+    postToolUse, userPromptSubmitted  what others changed since Copilot last saw the
+                                    list, or the whole list after a compaction
+    preCompact                      the compaction is recorded in the history
+
+    `harness hook copilot install` writes these hooks into .github/hooks/.
+    """
+    if ctx.invoked_subcommand is None:
+        _run_hook("copilot", actor, event)
+
+
 @hook_group.command("opencode")
 @click.option("--actor", metavar="NAME", default="opencode", show_default=True,
               help="Record writes as agent:NAME.")
@@ -140,12 +188,12 @@ def hook_opencode(actor: str) -> None:
     _run_hook("opencode", actor)
 
 
-def _run_hook(agent: str, actor: str) -> None:
+def _run_hook(agent: str, actor: str, event: str | None = None) -> None:
     """The hook's body, as the fast route runs it (:func:`harness.cli.hot.hook`), with the
     global --db and --session click read."""
     meta = click.get_current_context().find_root().meta
     hot.hook(agent, db=meta.get("harness.db"), session=meta.get("harness.session"),
-             actor=actor)
+             actor=actor, event=event)
 
 
 def _install_options(fn):  # type: ignore[no-untyped-def]
@@ -163,11 +211,23 @@ def _install_options(fn):  # type: ignore[no-untyped-def]
 
 def _install(agent: str, scope: str, dry_run: bool, command: str | None,
              codex: str | None = None, todo_tools: bool = True, mcp: bool = False) -> None:
-    from harness.agents.install import claude_mcp, codex_config, install
+    from harness.agents.install import (
+        claude_mcp,
+        codex_config,
+        copilot_install,
+        gemini_settings,
+        install,
+    )
 
     cwd = Path.cwd()
-    hooks = install(agent, scope=scope, cwd=cwd, command=command, todo_tools=todo_tools,
-                    mcp=mcp)
+    if agent == "copilot":
+        hooks = copilot_install(scope=scope, cwd=cwd, command=command)
+    else:
+        hooks = install(agent, scope=scope, cwd=cwd, command=command, todo_tools=todo_tools,
+                        mcp=mcp)
+    if agent == "gemini-cli":
+        hooks = gemini_settings(hooks, scope=scope, cwd=cwd, command=command,
+                                task_tools=todo_tools)
     plans = [hooks]
     if agent == "codex":
         plans.append(codex_config(hooks, scope=scope, cwd=cwd, codex=codex))
@@ -249,6 +309,33 @@ def install_codex(scope: str, dry_run: bool, command: str | None, codex: str | N
     _install("codex", scope, dry_run, command, codex)
 
 
+@hook_gemini_cli.command("install")
+@_install_options
+@click.option("--no-task-tools", "task_tools", flag_value=False, default=True,
+              help="Leave Gemini CLI's task tracker off (experimental.taskTracker); a model "
+                   "without write_todos then gets the harness MCP server instead.")
+def install_gemini_cli(scope: str, dry_run: bool, command: str | None,
+                       task_tools: bool) -> None:
+    """Merge the harness hooks into .gemini/settings.json (--project, the default) or
+    ~/.gemini/settings.json (--user; $GEMINI_CLI_HOME/.gemini), and turn on Gemini CLI's
+    task tracker (experimental.taskTracker), which gives its current models task tools:
+    Gemini 3 models have no todo tool otherwise. Other hooks and settings are kept;
+    running it again changes nothing. Prints what it turned on, and what is left to you,
+    such as trusting the folder."""
+    _install("gemini-cli", scope, dry_run, command, todo_tools=task_tools)
+
+
+@hook_copilot.command("install")
+@_install_options
+def install_copilot(scope: str, dry_run: bool, command: str | None) -> None:
+    """Write the harness hooks for GitHub Copilot CLI: .github/hooks/todo-harness.json
+    (--project, the default; a file of its own) or `hooks` in $COPILOT_HOME/settings.json
+    (--user, default ~/.copilot). Copilot CLI's model keeps its plan in its session's todos
+    table (the sql tool), which the hooks read after each change. Running it again
+    changes nothing."""
+    _install("copilot", scope, dry_run, command)
+
+
 @click.command("watch-codex")
 @click.argument("directory", required=False,
                 type=click.Path(file_okay=False, exists=True, path_type=Path))
@@ -286,11 +373,14 @@ def watch_codex(directory: Path | None, interval: float, once: bool, backfill: b
 
 @click.command("doctor")
 @click.option("--agent", "agents", multiple=True, metavar="NAME",
-              help="Only this agent (claude-code, codex, opencode); repeatable.")
+              help="Only this agent (claude-code, codex, opencode, gemini-cli, copilot); "
+                   "repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 def doctor(agents: tuple[str, ...], as_json: bool) -> None:
-    """For each agent program found here (Claude Code, Codex, opencode): whether its
-    model can write todos, whether the harness sees them, and what to set if not.
+    """For each agent program found here (Claude Code, Codex, opencode, Gemini CLI,
+    GitHub Copilot CLI):
+    whether its model can write todos, whether the harness sees them, and what to set if
+    not.
 
     Reads the agents' settings for this directory (nothing is changed, no agent is
     started). Claude Code 2.1.233 and later give today's models no todo tools unless

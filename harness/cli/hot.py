@@ -1,7 +1,7 @@
 """The commands an agent runs on every todo change, without click.
 
-``harness todowrite``, ``todoread``, ``next`` and ``hook claude-code|opencode|codex`` are
-fresh processes each time, and a Claude Code hook runs on every todo call: importing
+``harness todowrite``, ``todoread``, ``next`` and ``hook claude-code|opencode|codex|gemini-cli``
+are fresh processes each time, and a Claude Code hook runs on every todo call: importing
 click, the rest of the CLI and SQLAlchemy cost them most of their time
 (docs/PERFORMANCE.md, "Agent calls"). Here their command lines are read by hand, with the
 global ``--db``/``--session`` anywhere, as click reads them. A line with anything else
@@ -23,8 +23,8 @@ from typing import Any
 from harness.errors import KNOWN_ERRORS, InputError
 
 FLAG = object()  # an option without a value
-TODOWRITE_FORMATS = ("auto", "opencode", "claude", "codex")
-TODOREAD_FORMATS = ("prompt", "json", "opencode", "claude", "codex")
+TODOWRITE_FORMATS = ("auto", "opencode", "claude", "codex", "gemini")
+TODOREAD_FORMATS = ("prompt", "json", "opencode", "claude", "codex", "gemini")
 
 # command words -> {option: FLAG, or the values it may take (None: any)}
 COMMANDS: dict[tuple[str, ...], dict[str, Any]] = {
@@ -35,6 +35,10 @@ COMMANDS: dict[tuple[str, ...], dict[str, Any]] = {
     ("hook", "claude-code"): {"--actor": None},
     ("hook", "opencode"): {"--actor": None},
     ("hook", "codex"): {"--actor": None},
+    ("hook", "gemini-cli"): {"--actor": None},
+    ("hook", "copilot"): {"--actor": None, "--event": ("sessionStart", "userPromptSubmitted",
+                                                      "postToolUse", "preCompact",
+                                                      "sessionEnd")},
 }
 GLOBAL = {"--db": "db", "--session": "session", "-s": "session"}
 
@@ -92,7 +96,8 @@ def run(args: list[str]) -> int | None:
     words, opts = parsed
     db, session = opts.pop("db", None), opts.pop("session", None)
     if words[0] == "hook":
-        return hook(words[1], db=db, session=session, actor=opts.get("--actor"))
+        return hook(words[1], db=db, session=session, actor=opts.get("--actor"),
+                    event=opts.get("--event"))
     h = _harness(db, session)
     if words == ("todowrite",):
         todowrite(h, fmt=opts.get("--format", "auto"), actor=opts.get("--actor"),
@@ -191,7 +196,8 @@ def next_todo(h: Any, *, claim: bool, actor: str | None, as_json: bool) -> int:
     return 0 if found.todo is not None else 1
 
 
-def hook(agent: str, *, db: str | None, session: str | None, actor: str | None) -> int:
+def hook(agent: str, *, db: str | None, session: str | None, actor: str | None,
+         event: str | None = None) -> int:
     """``harness hook AGENT``: the agent's hook payload on stdin. Never fails the agent:
     any error is logged to ``<data dir>/logs/hooks.log`` and the hook exits 0."""
     name = actor or agent
@@ -199,7 +205,15 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None) 
 
     def body() -> str | None:
         payload = read_payload(None, f"{agent} hook payload", empty="empty hook payload")
-        if agent in ("claude-code", "codex"):
+        if agent == "gemini-cli" and isinstance(payload, dict) \
+                and payload.get("hook_event_name") == "PreCompress":
+            # Before every request to the model: mostly nothing to do, and that is
+            # decided from the transcript alone, without the store.
+            from harness.agents.gemini_compress import compression_due
+
+            if payload.get("trigger") != "manual" and not compression_due(payload):
+                return None
+        if agent in ("claude-code", "codex", "gemini-cli", "copilot"):
             # The project's store is found from the project directory, wherever the agent
             # runs the hook from.
             from harness.agents.claude import project_dir
@@ -210,12 +224,21 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None) 
 
             return handle(payload, _harness(db, session_for(payload, session),
                                             announce=False, cwd=where), actor=name)
-        if agent == "codex":
-            from harness.agents.codex import handle as handle_codex
+        if agent in ("codex", "gemini-cli", "copilot"):
+            # None has a task list shared between sessions, as Claude Code has.
             from harness.agents.codex import session_for as codex_session
 
-            return handle_codex(payload, _harness(db, codex_session(payload, session),
-                                                  announce=False, cwd=where), actor=name)
+            h = _harness(db, codex_session(payload, session), announce=False, cwd=where)
+            if agent == "copilot":
+                from harness.agents.copilot import handle as handle_copilot
+
+                # Its payload does not name the event: the installed command does.
+                return handle_copilot(payload, h, event=event or "", actor=name)
+            if agent == "codex":
+                from harness.agents.codex import handle as handle_agent
+            else:
+                from harness.agents.gemini import handle as handle_agent
+            return handle_agent(payload, h, actor=name)
         from harness.agents.opencode import handle as handle_opencode
 
         return handle_opencode(payload, _harness(db, session, announce=False), actor=name)

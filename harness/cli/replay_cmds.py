@@ -309,6 +309,10 @@ def import_(files: tuple[Path, ...], fmt: str, strict: bool, follow: bool, inter
     opencode-json    opencode export JSON, storage part files, run --format json events
     claude-action    a GitHub Actions log of anthropics/claude-code-action
     codex            Codex CLI rollout JSONL (update_plan)
+    gemini-chat      a Gemini CLI saved chat, ~/.gemini/tmp/PROJECT/chats/session-*.jsonl
+                     (or an older session-*.json): write_todos, the task tracker's calls
+    gemini-checkpoint  a Gemini CLI checkpoint (/chat save: checkpoint-TAG.json; or
+                     checkpoints/*.json)
     harness          a `harness export` file (read back event for event)
     DIRECTORY        a Claude Code task list, ~/.claude/tasks/LIST/ (one JSON file a task;
                      blockedBy/blocks become dependencies; --follow keeps it in sync)

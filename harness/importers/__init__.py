@@ -11,6 +11,8 @@ claude-stream       ``claude -p --output-format stream-json``        :mod:`.clau
 opencode-export     opencode's markdown export                       :mod:`.opencode_md`
 opencode-json       ``opencode export`` JSON, storage parts, events  :mod:`.opencode_json`
 codex               Codex CLI rollout JSONL (update_plan)            :mod:`.codex`
+gemini-chat         Gemini CLI saved chats (write_todos, tracker)    :mod:`.gemini`
+gemini-checkpoint   Gemini CLI ``/chat save`` and tool checkpoints   :mod:`.gemini`
 harness             ``harness export`` JSONL                         :mod:`.harness_jsonl`
 ==================  ===============================================  ======================
 

@@ -3,7 +3,9 @@
 A parser reads one file and yields, in order:
 
 * :class:`Call` - one agent todo call, as the :class:`~harness.formats.AgentWrite` it
-  amounts to, with its original time and a ``ref`` back to the source (tool-call id);
+  amounts to (or, for a call that changes one item, such as Gemini CLI's tracker, the
+  change itself as the agent's live hook makes it), with its original time and a ``ref``
+  back to the source (tool-call id);
 * :class:`Skipped` - something it did not import and why (``malformed`` ones are warned
   about with their line number; a line that is simply not a todo call is only counted).
 
@@ -13,16 +15,17 @@ stays bounded whatever the file's size.
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from harness.errors import InputError
 from harness.formats import AgentWrite
 from state.errors import StoreError
-from state.store import normalize_ts
+from state.store import Tx, normalize_ts
 
 DEFAULT_MAX_LINE = 64 * 1024 * 1024
 HEAD_BYTES = 64 * 1024
@@ -42,7 +45,10 @@ class Call:
     ref: str
     key: str  # idempotency: the same source item always has the same key
     tool: str
-    write: AgentWrite
+    write: AgentWrite | None  # the whole list the call leaves (None: ``apply`` does it)
+    # A call that changes one item: applied inside the import's transaction.
+    apply: Callable[[Tx], object] | None = None
+    texts: tuple[str, ...] = ()  # an ``apply`` call's texts (checked for NUL)
 
 
 @dataclass
@@ -78,6 +84,42 @@ class Parser:
         self.fallback_ts = fallback_ts
         self.non_todo = 0
         self._last_ts: str | None = None  # the latest read, for entries that carry none
+
+    def _json_lines(self, wanted: Callable[[int, bytes], bool]
+                    ) -> Iterator[tuple[int, dict[str, Any]] | Skipped]:
+        """(line number, object) for each JSONL line ``wanted`` picks (by its raw bytes:
+        parsing every line in full would cost most of an import); the others, and values
+        that are not objects, are only checked for shape and counted. Bad lines come out
+        as :class:`Skipped`."""
+        for num, raw in read_lines(self.fh):
+            self.info.lines = num
+            if raw is None:
+                yield Skipped(num, "line too long (raise HARNESS_IMPORT_MAX_LINE)", True)
+                continue
+            body = raw.strip()
+            if not body:
+                continue
+            if b"\x00" in raw:
+                yield Skipped(num, BINARY_LINE)  # raw NUL: never a JSON line
+                continue
+            if not wanted(num, raw):
+                if not (body.startswith(b"{") and body.endswith(b"}")):
+                    yield Skipped(num, "truncated or not a JSON object", True)
+                else:
+                    self.non_todo += 1
+                continue
+            try:
+                obj = json.loads(raw)
+            except UnicodeDecodeError:
+                yield Skipped(num, BINARY_LINE)
+                continue
+            except (ValueError, RecursionError) as exc:
+                yield Skipped(num, json_error(exc), True)
+                continue
+            if isinstance(obj, dict):
+                yield num, obj
+            else:
+                self.non_todo += 1
 
     def _saw_ts(self, ts: str | None) -> None:
         """Note a timestamp read from the source: the latest, and the first of the file."""

@@ -18,7 +18,6 @@ full; the others are checked for shape.
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import IO, Any
@@ -27,13 +26,10 @@ from harness.agents.codex_watch import refusal
 from harness.errors import InputError
 from harness.formats import parse
 from harness.importers.base import (
-    BINARY_LINE,
     Call,
     Item,
     Parser,
     Skipped,
-    json_error,
-    read_lines,
     to_ts,
 )
 
@@ -52,33 +48,15 @@ class CodexParser(Parser):
         self._seen: set[str] = set()
 
     def __iter__(self) -> Iterator[Item]:
-        for num, raw in read_lines(self.fh):
-            self.info.lines = num
-            if raw is None:
-                yield Skipped(num, "line too long (raise HARNESS_IMPORT_MAX_LINE)", True)
+        def wanted(num: int, raw: bytes) -> bool:
+            return (num <= _META_LINES or b'"update_plan"' in raw
+                    or bool(self._pending and any(k.encode() in raw for k in self._pending)))
+
+        for got in self._json_lines(wanted):
+            if isinstance(got, Skipped):
+                yield got
                 continue
-            body = raw.strip()
-            if not body:
-                continue
-            if b"\x00" in raw:
-                yield Skipped(num, BINARY_LINE)  # raw NUL: never a JSON line
-                continue
-            wanted = (num <= _META_LINES or b'"update_plan"' in raw
-                      or (self._pending and any(k.encode() in raw for k in self._pending)))
-            if not wanted:
-                if not (body.startswith(b"{") and body.endswith(b"}")):
-                    yield Skipped(num, "truncated or not a JSON object", True)
-                else:
-                    self.non_todo += 1
-                continue
-            try:
-                obj = json.loads(raw)
-            except (ValueError, RecursionError) as exc:
-                yield Skipped(num, json_error(exc), True)
-                continue
-            if not isinstance(obj, dict):
-                self.non_todo += 1
-                continue
+            num, obj = got
             self._line(num, obj)
             yield from self._flush()
         yield from self._flush(force=True)

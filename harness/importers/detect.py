@@ -10,7 +10,7 @@ from harness.errors import InputError
 from harness.export import is_export_header
 
 FORMATS = ("claude-code", "claude-stream", "claude-action", "opencode-export",
-           "opencode-json", "codex", "harness")
+           "opencode-json", "codex", "gemini-chat", "gemini-checkpoint", "harness")
 
 # A GitHub Actions log of anthropics/claude-code-action: the step's header (with the
 # runner's timestamp prefix, in a downloaded log), or the action's own first lines.
@@ -52,6 +52,8 @@ def detect(head: bytes, where: str) -> str:
         if is_export_header(obj):
             return "harness"
         kind = obj.get("type")
+        if "sessionId" in obj and "projectHash" in obj:
+            return "gemini-chat"  # before Claude Code's, whose lines carry a sessionId too
         if kind in _CODEX_TYPES and "payload" in obj:
             return "codex"
         if kind == "function_call" and obj.get("name"):
@@ -67,6 +69,8 @@ def detect(head: bytes, where: str) -> str:
             return "codex"  # the first line of an older rollout
     if stripped.startswith(("{", "[")):
         # A pretty-printed document: look at its keys.
+        if re.search(r'"projectHash"\s*:', text) and re.search(r'"messages"\s*:', text):
+            return "gemini-chat"  # an older Gemini CLI's session-*.json
         if re.search(r'"messages"\s*:', text) and re.search(r'"info"\s*:', text):
             return "opencode-json"
         if re.search(r'"callID"\s*:', text) and re.search(r'"tool"\s*:', text):
@@ -77,9 +81,13 @@ def detect(head: bytes, where: str) -> str:
         if re.search(r'"type"\s*:\s*"(assistant|user)"', text) and re.search(
                 r'"content"\s*:', text):
             return "claude-stream"
+        if re.search(r'"clientHistory"\s*:', text) or (
+                re.search(r'"parts"\s*:', text)
+                and re.search(r'"role"\s*:\s*"(model|user)"', text)):
+            return "gemini-checkpoint"  # /chat save, or a tool call's checkpoint
     if b"\x00" in head:
         raise InputError("binary file (NUL bytes): not a transcript", where=where)
     first = stripped.splitlines()[0][:60] if stripped else ""
     raise InputError(f"unknown format (starts with {first!r}): not a Claude Code, opencode, "
-                     "Codex or harness transcript", where=where,
+                     "Codex, Gemini CLI or harness transcript", where=where,
                      hint="name it with --format (see `harness import --help`)")

@@ -7,8 +7,10 @@ leaves the store exactly as it was, and a session it would have created does not
 Files are independent: ``harness import a b`` commits ``a`` even if ``b`` then fails.
 
 **The same events as live.** Each call goes through :func:`harness.agents.todolist.apply_write`,
-the merge a live ``todowrite`` uses, as the live hooks' actor (``agent:claude-code``, ``agent:opencode``,
-``agent:codex``) with the call's original time
+the merge a live ``todowrite`` uses (a Gemini CLI tracker call through the tracker's own
+:func:`harness.agents.gemini_tracker.apply`, as its hook does), as the live hooks' actor
+(``agent:claude-code``, ``agent:opencode``, ``agent:codex``, ``agent:gemini-cli``) with the
+call's original time
 and its tool-call id in ``ref``. The agent never read our answer, so its next write is
 compared with what it sent (``sees_response=False``), as for hooks.
 
@@ -33,6 +35,7 @@ from typing import IO, Any
 
 from harness.agents.claude import ACTOR as CLAUDE_ACTOR
 from harness.agents.codex_watch import ACTOR as CODEX_ACTOR
+from harness.agents.gemini import ACTOR as GEMINI_ACTOR
 from harness.agents.todolist import apply_write
 from harness.errors import InputError
 from harness.importers import harness_jsonl
@@ -47,6 +50,7 @@ from harness.importers.claude import ClaudeParser
 from harness.importers.claude_action import ClaudeActionParser
 from harness.importers.codex import CodexParser
 from harness.importers.detect import FORMATS, detect
+from harness.importers.gemini import GeminiChatParser, GeminiCheckpointParser
 from harness.importers.opencode_json import OpencodeJsonParser
 from harness.importers.opencode_md import OpencodeMarkdownParser
 from state.store import Store, Tx
@@ -59,11 +63,12 @@ Progress = Callable[[int, int], None]
 
 _PREFIX = {"claude-code": "claude", "claude-stream": "claude", "claude-action": "claude",
            "opencode-export": "opencode",
-           "opencode-json": "opencode", "codex": "codex"}
+           "opencode-json": "opencode", "codex": "codex", "gemini-chat": "gemini",
+           "gemini-checkpoint": "gemini"}
 # The actors the live hooks use, so an imported session and a live one are one agent.
 _AGENT = {"claude-code": CLAUDE_ACTOR, "claude-stream": CLAUDE_ACTOR, "claude-action": CLAUDE_ACTOR,
           "opencode-export": "agent:opencode", "opencode-json": "agent:opencode",
-          "codex": CODEX_ACTOR}
+          "codex": CODEX_ACTOR, "gemini-chat": GEMINI_ACTOR, "gemini-checkpoint": GEMINI_ACTOR}
 
 
 def _parser(fmt: str, fh: IO[bytes], where: str, fallback_ts: str) -> Any:
@@ -77,6 +82,10 @@ def _parser(fmt: str, fh: IO[bytes], where: str, fallback_ts: str) -> Any:
         return OpencodeJsonParser(fh, where, fallback_ts=fallback_ts)
     if fmt == "codex":
         return CodexParser(fh, where, fallback_ts=fallback_ts)
+    if fmt == "gemini-chat":
+        return GeminiChatParser(fh, where, fallback_ts=fallback_ts)
+    if fmt == "gemini-checkpoint":
+        return GeminiCheckpointParser(fh, where, fallback_ts=fallback_ts)
     raise InputError(f"unknown format {fmt!r} (expected auto or {', '.join(FORMATS)})",
                      where=where)
 
@@ -84,7 +93,7 @@ def _parser(fmt: str, fh: IO[bytes], where: str, fallback_ts: str) -> Any:
 def session_name_for(fmt: str, hint: str | None, path: Path) -> str:
     prefix = _PREFIX.get(fmt, "import")
     if hint:
-        core = re.sub(r"^(ses_|rollout-)", "", hint)
+        core = re.sub(r"^(ses_|rollout-|checkpoint-)", "", hint)
         core = re.sub(r"[^\w.-]", "", core)[:12 if hint.startswith("ses_") else 8]
         if core:
             return f"{prefix}-{core}"
@@ -151,19 +160,21 @@ def _apply_calls(store: Store, parser: Any, path: Path, report: ImportReport, *,
     with ExitStack() as stack:
         tx: Tx | None = None
         actor = ""
+        def skip(item: Skipped) -> None:
+            if item.malformed:
+                at = f"{where}:{item.line}" if item.line else where
+                if strict:
+                    raise InputError(f"{item.reason} (--strict: nothing imported)", where=at)
+                if warn is not None and report.malformed_count < 20:
+                    warn(f"{at}: {item.reason}; skipped")
+            report.skip(item)
+
         for item in parser:
             tick()
             if isinstance(item, Call):
                 item = _nul_free(item)
             if isinstance(item, Skipped):
-                if item.malformed:
-                    at = f"{where}:{item.line}" if item.line else where
-                    if strict:
-                        raise InputError(f"{item.reason} (--strict: nothing imported)",
-                                         where=at)
-                    if warn is not None and report.malformed_count < 20:
-                        warn(f"{at}: {item.reason}; skipped")
-                report.skip(item)
+                skip(item)
                 continue
             assert isinstance(item, Call)
             report.calls += 1
@@ -181,11 +192,19 @@ def _apply_calls(store: Store, parser: Any, path: Path, report: ImportReport, *,
             elif tx.source_seen(item.key) is not None:
                 report.already += 1
                 continue
-            result = apply_write(tx, item.write, sees_response=False, ts=item.ts,
-                                 ref=item.ref)
+            first = tx.emitted
+            if item.apply is not None:
+                try:
+                    item.apply(tx)  # checks the call before it changes anything
+                except InputError as exc:
+                    report.calls -= 1
+                    skip(Skipped(item.line, f"{item.tool}: {exc.message}", True))
+                    continue
+            elif item.write is not None:
+                apply_write(tx, item.write, sees_response=False, ts=item.ts, ref=item.ref)
             tx.record_source(item.key)
             report.imported += 1
-            report.events += result.events
+            report.events += tx.emitted - first
             report.saw(item.ts)
             if report.imported % FLUSH_EVERY == 0:
                 tx.flush()
@@ -193,9 +212,11 @@ def _apply_calls(store: Store, parser: Any, path: Path, report: ImportReport, *,
 
 def _nul_free(call: Call) -> Call | Skipped:
     """The store keeps no NUL (PostgreSQL cannot): a call with one is skipped, not the file."""
-    for i, it in enumerate(call.write.items):
+    for i, it in enumerate(call.write.items if call.write is not None else ()):
         if "\x00" in it.content or "\x00" in (it.active_form or ""):
             return Skipped(call.line, f"{call.tool}: item {i} holds a NUL character", True)
+    if any("\x00" in text for text in call.texts):
+        return Skipped(call.line, f"{call.tool}: an argument holds a NUL character", True)
     return call
 
 

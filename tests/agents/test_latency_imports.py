@@ -41,6 +41,17 @@ CASES = {
     "hook-codex": (["hook", "codex"], _hook("codex-post-tool-use-update-plan")),
     "hook-opencode": (["hook", "opencode"], json.dumps(
         {"type": "todo.updated", "properties": {"sessionID": "s", "todos": []}})),
+    "hook-gemini-tracker": (["hook", "gemini-cli"], json.dumps(
+        {"session_id": "g1", "transcript_path": "", "cwd": "/work/eagle3",
+         "hook_event_name": "AfterTool", "tool_name": "tracker_create_task",
+         "tool_input": {"title": "Train", "description": "3 epochs", "type": "task"},
+         "tool_response": {"llmContent": "Created task 0a1b2c: Train"}})),
+    "hook-copilot": (["hook", "copilot", "--event", "userPromptSubmitted"], json.dumps(
+        {"sessionId": "c1", "timestamp": 1796409664735, "cwd": "/work/eagle3",
+         "prompt": "go on"})),
+    "hook-gemini-pre-compress": (["hook", "gemini-cli"], json.dumps(
+        {"session_id": "g1", "transcript_path": "", "cwd": "/work/eagle3",
+         "hook_event_name": "PreCompress", "trigger": "manual"})),
 }
 
 

@@ -22,11 +22,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 from typing import Any
 
 from tests.agents.real import local_http
-from tests.agents.real.local_http import JSONHandler, LocalServer
+from tests.agents.real.local_http import JSONHandler, ScriptedServer
 
 
 @dataclass
@@ -125,50 +124,13 @@ DEFERRED_HEAD = "The following deferred tools are now available via ToolSearch"
 DEFAULT_MODELS = {"2.1.197": "claude-opus-4-8", "2.1.332": "claude-opus-5-5"}
 
 
-class AnthropicServer(LocalServer):
+class AnthropicServer(ScriptedServer):
     """``with AnthropicServer(script) as api:`` serves on ``api.url`` until the block ends."""
 
     def __init__(self, script: Script, *, max_requests: int = 40):
-        self.script = script
-        self.max_requests = max_requests
-        self.requests: list[Request] = []
-        self.dump_to: Path | None = None  # where the bodies go when the block ends
-        self.errors: list[str] = []
         self._ids = itertools.count(1)
-        super().__init__(self._handler())
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def agent_turns(self) -> list[Request]:
-        with self._lock:
-            return [r for r in self.requests if r.agent_turn]
-
-    def dump(self, path: Path) -> None:
-        """Every request body, to read when a test fails."""
-        with self._lock:
-            path.write_text(json.dumps([{"path": r.path, "at": r.at, "body": r.body}
-                                        for r in self.requests], indent=1, ensure_ascii=False))
-
-    def __exit__(self, *exc: object) -> None:
-        self.dump(self.dump_to) if self.dump_to else None
-        super().__exit__(*exc)
-
-    # -- answering ------------------------------------------------------------------------
-    def _reply_for(self, req: Request) -> Reply:
-        with self._lock:
-            before = [r for r in self.requests if r.agent_turn]
-            self.requests.append(req)
-            over = len(self.requests) > self.max_requests
-        if over:
-            return Reply(text="done.")
-        try:
-            return self.script(req, before)
-        except Exception as exc:  # the test's script failed: say so, end the turn
-            self.errors.append(f"{type(exc).__name__}: {exc}")
-            return Reply(text="done.")
+        super().__init__(self._handler(), script, max_requests=max_requests,
+                         done=Reply(text="done."))
 
     def _message(self, reply: Reply, model: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         n = next(self._ids)
@@ -247,7 +209,7 @@ class AnthropicServer(LocalServer):
                     self.send_json(404, {"type": "error",
                                      "error": {"type": "not_found_error", "message": path}})
                     return
-                reply = server._reply_for(Request(path, body, time.time()))
+                reply = server.reply_for(Request(path, body, time.time()))
                 model = str(body.get("model") or "claude")
                 if not body.get("stream"):
                     self.send_json(200, server._message(reply, model)[0])

@@ -33,6 +33,14 @@ class Result:
     seconds: float
 
 
+def stored_todos(db: Path, session: str = PROJECT) -> list[TodoState]:
+    """The session's list in the store a real program's hooks wrote, in its order."""
+    with Store.open(str(db)) as s:
+        row = s.session_by_name(session)
+        assert row is not None, "no hook ever wrote to the session"
+        return sorted(s.todos(row.id), key=lambda t: (t.position, t.num))
+
+
 class ClaudeProject:
     """One project directory with Claude Code's hooks installed, and a harness store."""
 
@@ -96,10 +104,7 @@ class ClaudeProject:
         return Result(p.returncode, sid, lines, p.stderr, took)
 
     def todos(self) -> list[TodoState]:
-        with Store.open(str(self.db)) as s:
-            row = s.session_by_name(PROJECT)
-            assert row is not None, "no hook ever wrote to the session"
-            return sorted(s.todos(row.id), key=lambda t: (t.position, t.num))
+        return stored_todos(self.db)
 
     def hook_log(self) -> str:
         return hook_log(self.env)

@@ -1,7 +1,8 @@
 """What the scripted model servers share (anthropic_server.py for Claude Code,
-model_server.py for Codex and opencode): a threaded HTTP server on a free port of
-127.0.0.1 for the length of a ``with`` block, and a quiet handler that reads and answers
-JSON, and the record of one request."""
+model_server.py for Codex and opencode, gemini_server.py for Gemini CLI): a threaded HTTP
+server on a free port of 127.0.0.1 for the length of a ``with`` block, a quiet handler
+that reads and answers JSON, the record of one request, and the scripted answering with
+its bounds."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Self
 
 
@@ -90,3 +92,57 @@ class JSONHandler(BaseHTTPRequestHandler):
             return json.loads(raw or b"{}")
         except ValueError:
             return {"unparsed": raw.decode("utf-8", "replace")}
+
+
+class ScriptedServer(LocalServer):
+    """What the servers whose turns a test scripts share: every request recorded (and
+    written to ``dump_to`` when the block ends, to read when a test fails), the script's
+    answer for each agent turn, and a bound on the loop: past ``max_requests``, or when
+    the script itself fails (kept in ``errors``), the answer is ``done``, which ends the
+    agent's turn."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], script: Any, *,
+                 max_requests: int, done: Any):
+        self.script = script
+        self.max_requests = max_requests
+        self.requests: list[Any] = []
+        self.dump_to: Path | None = None
+        self.errors: list[str] = []
+        self._done = done
+        super().__init__(handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def agent_turns(self) -> list[Any]:
+        with self._lock:
+            return [r for r in self.requests if r.agent_turn]
+
+    def dump(self, path: Path) -> None:
+        """Every request body, to read when a test fails."""
+        with self._lock:
+            path.write_text(json.dumps([{"path": r.path, "at": r.at, "body": r.body}
+                                        for r in self.requests], indent=1, ensure_ascii=False))
+
+    def __exit__(self, *exc: object) -> None:
+        self.dump(self.dump_to) if self.dump_to else None
+        super().__exit__(*exc)
+
+    def answer(self, req: Any, before: list[Any]) -> Any:
+        """The reply to one request (a subclass answers its side requests here first)."""
+        return self.script(req, before)
+
+    def reply_for(self, req: Any) -> Any:
+        with self._lock:
+            before = [r for r in self.requests if r.agent_turn]
+            self.requests.append(req)
+            over = len(self.requests) > self.max_requests
+        if over:
+            return self._done
+        try:
+            return self.answer(req, before)
+        except Exception as exc:  # the test's script failed: say so, end the turn
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+            return self._done

@@ -54,6 +54,12 @@ PROGRAMS: dict[str, Program] = {p.name: p for p in (
     Program("opencode", "opencode-ai", ("1.18.33",), "opencode",
             ("tests/agents/real/test_opencode_real.py",),
             companions=("@opencode-ai/plugin",)),
+    Program("gemini-cli", "@google/gemini-cli", ("0.61.0",), "gemini",
+            ("tests/agents/real/test_gemini_cli.py",)),
+    # A loader and a native binary (its optional dependency, for this platform), which
+    # unpacks its JavaScript into $XDG_CACHE_HOME/copilot on its first start.
+    Program("copilot", "@github/copilot", ("1.0.102",), "copilot",
+            ("tests/agents/real/test_copilot_cli.py",)),
 )}
 VERSIONS_ENV = "HARNESS_AGENT_VERSIONS"
 DONE = ".installed"
@@ -168,6 +174,26 @@ def codex() -> Path:
 
 def opencode() -> Path:
     return program("opencode")
+
+
+def gemini_cli() -> Path:
+    return program("gemini-cli")
+
+
+def copilot() -> tuple[Path, Path]:
+    """Copilot CLI, and the cache folder it has unpacked itself into (its first start
+    unpacks 200 MB, so the tests share one, made here under the install's lock)."""
+    exe = program("copilot")
+    cache = exe.parents[2] / "xdg-cache"
+    if not (cache / ".unpacked").exists():
+        with open(exe.parents[2] / ".unpack.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (cache / ".unpacked").exists():
+                subprocess.run([str(exe), "--version"], capture_output=True, timeout=300,
+                               env={**os.environ, "XDG_CACHE_HOME": str(cache),
+                                    "COPILOT_AUTO_UPDATE": "false"}, check=True)
+                (cache / ".unpacked").write_text("")
+    return exe, cache
 
 
 def opencode_plugin_sdk() -> Path:

@@ -33,7 +33,10 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[s
            "CODEX_HOME": str(tmp_path / "codex"), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
            "HARNESS_DB": str(tmp_path / "state.db"),
            "HARNESS_CLAUDE_BIN": str(npm.claude_code(npm.versions("claude-code")[0])),
-           "HARNESS_CODEX_BIN": str(npm.codex()), "HARNESS_OPENCODE_BIN": str(npm.opencode())}
+           "HARNESS_CODEX_BIN": str(npm.codex()), "HARNESS_OPENCODE_BIN": str(npm.opencode()),
+           "HARNESS_GEMINI_BIN": str(npm.gemini_cli()),
+           "HARNESS_COPILOT_BIN": str(npm.program("copilot")),
+           "GEMINI_CLI_HOME": str(tmp_path / "home")}
     return project, env
 
 
@@ -51,12 +54,22 @@ def test_doctor_before_and_after_the_installers(setup: tuple[Path, dict[str, str
     assert not codex["writes"] and "update_plan is off" in codex["how"]
     assert opencode["writes"] and not opencode["seen"]
     assert "examples/opencode-plugin/harness-todos.js" in opencode["todo"][0]
+    gemini = found["gemini-cli"]
+    assert gemini["version"] == npm.versions("gemini-cli")[0] and not gemini["writes"]
+    assert gemini["todo"] == ["run `harness hook gemini-cli install` here (turns the task "
+                              "tracker on, installs the hooks)"]
+    copilot = found["copilot"]
+    assert copilot["version"] == npm.versions("copilot")[0]
+    assert copilot["writes"] and not copilot["seen"]
 
     cmd = ["--command", f"{HARNESS_CMD} hook claude-code"]
     assert harness_subprocess(["hook", "claude-code", "install", *cmd], cwd=project,
                               env=env).returncode == 0
     assert harness_subprocess(["hook", "codex", "install", "--codex", env["HARNESS_CODEX_BIN"]],
                               cwd=project, env=env).returncode == 0
+    for agent in ("gemini-cli", "copilot"):
+        assert harness_subprocess(["hook", agent, "install"], cwd=project,
+                                  env=env).returncode == 0
     plugins = project / ".opencode" / "plugins"
     plugins.mkdir(parents=True)
     (plugins / "harness-todos.js").write_text("// the plugin\n")
@@ -68,6 +81,12 @@ def test_doctor_before_and_after_the_installers(setup: tuple[Path, dict[str, str
     assert codex["writes"] and not codex["seen"]  # Codex does not trust the project yet
     assert codex["todo"][0].startswith("trust this project in Codex")
     assert opencode["writes"] and opencode["seen"] and code == 1
+    gemini = found["gemini-cli"]
+    assert gemini["writes"] and not gemini["seen"]  # the folder is not trusted yet
+    assert gemini["how"] == "the task tracker (experimental.taskTracker in " \
+                            ".gemini/settings.json)"
+    assert gemini["todo"][0].startswith("trust this folder in Gemini CLI")
+    assert found["copilot"]["seen"] and found["copilot"]["todo"] == []
     human = harness_subprocess(["doctor", "--agent", "claude-code"], cwd=project, env=env)
     assert human.returncode == 0 and human.stdout.decode().splitlines()[1:] == [
         "  writes todos: yes, with its todo tools (CLAUDE_CODE_ENABLE_TODO_TOOLS=1 in "
@@ -91,5 +110,5 @@ def test_doctor_on_the_mcp_path_and_on_the_older_claude_code(
     assert claude["version"] == older and claude["writes"] and claude["seen"]
     assert claude["how"] == f"its todo tools (TaskCreate, TodoWrite): Claude Code {older} " \
                             "gates none"
-    bad = harness_subprocess(["doctor", "--agent", "gemini-cli"], cwd=project, env=env)
-    assert bad.returncode == 2 and b"unknown agent 'gemini-cli'" in bad.stderr
+    bad = harness_subprocess(["doctor", "--agent", "aider"], cwd=project, env=env)
+    assert bad.returncode == 2 and b"unknown agent 'aider'" in bad.stderr
