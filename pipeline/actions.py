@@ -76,13 +76,15 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
                      "filled_unseen", "coverage", "masked_tokens"),
     "eagle3.train": ("heldout_acc_pos*", "est_acceptance_length", "epochs_done",
                      "train_seconds", "train_tokens_per_s", "world_size", "first_step_loss",
-                     "loss_curve", "offline_bytes_avoided"),
+                     "loss_curve", "offline_bytes_avoided", "epoch_seconds",
+                     "mask_token_id"),
     "eagle3.export": ("tensors", "draft_vocab_size", "aux_layer_ids",
-                      "round_trip_max_abs_diff", "bytes"),
+                      "round_trip_max_abs_diff", "bytes", "mask_token_id"),
     "eagle3.verify": (
         # structural
         "weight_bytes", "tensors", "structural_seconds", "aux_layer_ids",
         "vllm_aux_layer_ids", "lm_head_rows_match", "lm_head_rows_elsewhere", "verify_seconds",
+        "mask_token_id",
         # functional: acceptance of the checkpoint, and of the drafters it is compared with
         "k", "prompts", "max_new_tokens", "functional_seconds", "tau", "acceptance_length",
         "acceptance_rate", "acceptance_per_position", "position_acceptance",

@@ -6,8 +6,9 @@ Three layouts are recognised (the verification reports which):
   (``LlamaForCausalLMEagle3``; vLLM's own ``Eagle3LlamaForCausalLM`` also loads), weights
   ``midlayer.*`` (vLLM renames them ``layers.0.*``; both load);
 - ``speculators``: ``config.json`` with ``speculators_model_type: "eagle3"``
-  (``architectures: ["Eagle3Speculator"]``), the Llama fields under
-  ``transformer_layer_config``, weights ``layers.0.*``;
+  (``architectures: ["Eagle3Speculator"]``) or ``"peagle"`` (``["PEagleSpeculator"]``, a
+  P-EAGLE drafter: ``mask_token_id``, and a ``mask_hidden`` tensor), the Llama fields
+  under ``transformer_layer_config``, weights ``layers.0.*``;
 - ``checkpoint``: this pipeline's training checkpoint (``drafter_config.json``), or a train
   output directory (``state.json`` names the latest).
 
@@ -29,10 +30,10 @@ from typing import Any
 
 import torch
 
+from pipeline.eagle3.drafter_files import SPECULATORS_ARCHS
 from pipeline.errors import ActionError
 
 EAGLE_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
-SPECULATORS_ARCH = "Eagle3Speculator"
 INDEX_FILE = "model.safetensors.index.json"
 
 
@@ -290,6 +291,10 @@ class DrafterLayout:
     norm_before_residual: bool = False
     torch_dtype: str | None = None
     target_num_layers: int | None = None
+    #: eagle3, or peagle (parallel drafting: a speculators peagle config, or a training
+    #: checkpoint of ``train --method peagle``)
+    method: str = "eagle3"
+    mask_token_id: Any = None   # as the config says it (the checks judge it)
     problems: list[str] = field(default_factory=list)   # contradictions inside the config
 
     @property
@@ -313,7 +318,8 @@ def read_layout(directory: Path) -> DrafterLayout:
         path = directory / "config.json"
         raw = read_json(path)
         archs = [str(a) for a in raw.get("architectures") or []]
-        if raw.get("speculators_model_type") is not None or SPECULATORS_ARCH in archs:
+        if raw.get("speculators_model_type") is not None or any(
+                a in SPECULATORS_ARCHS.values() for a in archs):
             fmt = "speculators"
             llama = raw.get("transformer_layer_config")
             llama = llama if isinstance(llama, dict) else {}
@@ -341,9 +347,17 @@ def read_layout(directory: Path) -> DrafterLayout:
     lay.vocab_size = _int(llama.get("vocab_size"))
     lay.draft_vocab_size = _int(raw.get("draft_vocab_size"))
     lay.target_hidden_size = _int(raw.get("target_hidden_size"))
-    # vLLM's defaults differ by format: the speculators reader (algos.update_eagle3) sets
-    # true when the key is absent; an EAGLE-style config is read with getattr(..., False).
-    lay.norm_before_residual = bool(raw.get("norm_before_residual", fmt == "speculators"))
+    if fmt == "speculators":
+        lay.method = "peagle" if (raw.get("speculators_model_type") == "peagle" or
+                                  SPECULATORS_ARCHS["peagle"] in archs) else "eagle3"
+    elif fmt == "checkpoint":
+        lay.method = str(raw.get("method") or "eagle3")
+    lay.mask_token_id = raw.get("mask_token_id")
+    # vLLM's defaults differ by format: the speculators reader sets true when the key is
+    # absent for eagle3 (algos.update_eagle3) and false for peagle (update_peagle); an
+    # EAGLE-style config is read with getattr(..., False).
+    lay.norm_before_residual = bool(raw.get("norm_before_residual", fmt == "speculators"
+                                            and lay.method == "eagle3"))
     lay.torch_dtype = raw.get("torch_dtype") or llama.get("torch_dtype") or raw.get("dtype")
     training = raw.get("eagle3_training") if isinstance(raw.get("eagle3_training"), dict) else {}
     lay.target_num_layers = _int(training.get("target_num_layers")) or (

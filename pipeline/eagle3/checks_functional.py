@@ -274,8 +274,11 @@ def run_functional(*, verifier: Any, tokenizer: Any, checkpoint: Path,
         metrics["previous_checkpoint"] = str(previous)
 
     checks += _checks(results, s, metrics)
+    parallel = served.model.config.parallel
+    metrics["method"] = served.model.config.method
     headline = (f"acceptance {st.acceptance_rate:.0%} (τ {st.acceptance_length:.2f}) at "
-                f"k={s.k}; pos1 {st.per_position[0]:.0%}")
+                f"k={s.k}{' (P-EAGLE: parallel drafting)' if parallel else ''}; "
+                f"pos1 {st.per_position[0]:.0%}")
     # The reference loop's speed is no engine's: it is named as a bound, never "measured".
     if measured is not None:
         headline += f"; reference-loop bound {measured:.2f}x"

@@ -37,6 +37,7 @@ from pipeline.eagle3.checkpoint_files import (
 )
 from pipeline.eagle3.checks_vocab import lm_head_check, mapping_checks
 from pipeline.eagle3.common import default_aux_layers, vllm_aux_order
+from pipeline.eagle3.drafter_files import SPECULATORS_ARCHS
 from pipeline.eagle3.structural_report import StructuralReport
 
 FLOAT_DTYPES = ("BF16", "F16", "F32")
@@ -81,14 +82,15 @@ def _config_checks(rep: StructuralReport, lay: DrafterLayout, v: VerifierInfo) -
     known = lay.fmt in ("eagle", "speculators", "checkpoint")
     if lay.fmt == "speculators":
         spec_type = lay.raw.get("speculators_model_type")
-        ok = spec_type == "eagle3" and lay.architectures[:1] == ["Eagle3Speculator"]
+        arch = SPECULATORS_ARCHS[lay.method]
+        ok = spec_type == lay.method and lay.architectures[:1] == [arch]
+        what = "P-EAGLE (parallel drafting)" if lay.method == "peagle" else "EAGLE-3"
         rep.add("architecture", ok, value={"architectures": lay.architectures,
                                            "speculators_model_type": spec_type},
-                expected={"architectures": ["Eagle3Speculator"],
-                          "speculators_model_type": "eagle3"},
-                message="speculators format" if ok else
-                "a speculators-format EAGLE-3 drafter needs architectures "
-                "[\"Eagle3Speculator\"] and speculators_model_type \"eagle3\" in config.json")
+                expected={"architectures": [arch], "speculators_model_type": lay.method},
+                message=f"speculators format, {what}" if ok else
+                f"a speculators-format {what} drafter needs architectures [\"{arch}\"] and "
+                f"speculators_model_type \"{lay.method}\" in config.json")
     else:
         rep.add("architecture", known, value=lay.architectures,
                 expected=["LlamaForCausalLMEagle3"],
@@ -100,6 +102,7 @@ def _config_checks(rep: StructuralReport, lay: DrafterLayout, v: VerifierInfo) -
                 " as an EAGLE-3 drafter: set architectures to [\"LlamaForCausalLMEagle3\"] "
                 "(EAGLE style) or use the speculators format")
     rep.metrics["format"] = lay.fmt
+    rep.metrics["method"] = lay.method
 
     required = ["hidden_size", "intermediate_size", "num_attention_heads", "vocab_size",
                 "draft_vocab_size"]
@@ -159,6 +162,33 @@ def _config_checks(rep: StructuralReport, lay: DrafterLayout, v: VerifierInfo) -
                      "they must match")
 
     _aux_checks(rep, lay, v)
+    if lay.method == "peagle":
+        _mask_token_check(rep, lay, v)
+
+
+def _mask_token_check(rep: StructuralReport, lay: DrafterLayout, v: VerifierInfo) -> None:
+    """``mask_token``: vLLM's reader requires ``mask_token_id`` (its proposer's
+    ``pard_token``, the token of every parallel-drafting row) and embeds it with the
+    verifier's embeddings, so it must be a token of the verifier."""
+    mask = lay.mask_token_id
+    if mask is None:
+        problem = ("no mask_token_id: vLLM's peagle reader requires it (a KeyError while "
+                   "it reads the config) and its proposer feeds it to every parallel row")
+    elif not isinstance(mask, int) or isinstance(mask, bool):
+        problem = f"mask_token_id {mask!r} is not an integer token id"
+    elif not 0 <= mask < v.vocab_size:
+        problem = (f"mask_token_id {mask} is outside the verifier's vocabulary "
+                   f"0..{v.vocab_size - 1}: its embedding row does not exist")
+    else:
+        problem = ""
+        rep.metrics["mask_token_id"] = mask
+    choice = ((lay.raw.get("eagle3_training") or {}).get("mask_token_choice")
+              if isinstance(lay.raw.get("eagle3_training"), dict) else None) or \
+        lay.raw.get("mask_token_choice")
+    rep.add("mask_token", not problem, value=mask, expected=f"an id in 0..{v.vocab_size - 1}",
+            message=problem or (f"token {mask} fills the parallel-drafting rows (vLLM's "
+                                "pard_token)" + (f"; chosen in training: {choice}"
+                                                 if choice else "")))
 
 
 def _aux_checks(rep: StructuralReport, lay: DrafterLayout, v: VerifierInfo) -> None:
@@ -250,6 +280,10 @@ def _expected_shapes(lay: DrafterLayout, v: VerifierInfo, ws: WeightSet
                 "norm.weight": shape(h), "lm_head.weight": shape(d, h), "d2t": shape(d),
                 "t2d": shape(vocab)})
     out["embed_tokens.weight"] = shape(vocab, h)
+    if lay.method == "peagle":
+        # vLLM copies it, viewed as [1, -1], into its [1, fc input] buffer: any shape
+        # holding that many values loads (_shape_checks compares the count)
+        out["mask_hidden"] = shape(1, 1, None if ht is None else n_aux * ht)
     return out
 
 
@@ -270,7 +304,8 @@ def _key_checks(rep: StructuralReport, lay: DrafterLayout, ws: WeightSet,
     if ws.duplicates:
         msg.append(f"in several shards: {', '.join(sorted(set(ws.duplicates)))}")
     rep.add("keys", not msg, value={"missing": missing, "unexpected": unexpected},
-            expected=f"the {len(expected) - len(optional)} tensors of a one-layer EAGLE-3 "
+            expected=f"the {len(expected) - len(optional)} tensors of a one-layer "
+                     f"{'P-EAGLE' if lay.method == 'peagle' else 'EAGLE-3'} "
                      f"drafter ({_layer_prefix(lay, ws)}*)"
                      + (", embed_tokens optional" if optional else ""),
             message="; ".join(msg) if msg else "exactly the expected tensors")
@@ -287,6 +322,12 @@ def _shape_checks(rep: StructuralReport, ws: WeightSet,
             unknown.append(name)
             continue
         got = ws.tensors[name].shape
+        if name == "mask_hidden":
+            count = ws.tensors[name].numel
+            if count != shape[-1]:
+                wrong.append(f"mask_hidden {got} holds {count} values, not the {shape[-1]} "
+                             "of fc's input (vLLM copies it into a [1, fc input] buffer)")
+            continue
         if got != shape:
             note = " (transposed)" if len(got) == 2 and got == shape[::-1] else ""
             wrong.append(f"{name} {got} != {shape}{note}")

@@ -11,7 +11,9 @@ mapping, the target's head, or ones), so the loader's view is worth stating. Two
 - **our table** (:data:`VLLM_NAMES`) otherwise: vLLM 0.33.0's ``llama_eagle3.py`` as read
   from its code (``midlayer.`` becomes ``layers.0.``, q/k/v stack into ``qkv_proj``,
   gate/up into ``gate_up_proj``, ``d2t`` becomes ``draft_id_to_target_id``, ``t2d`` is
-  skipped).
+  skipped), and for a P-EAGLE drafter vLLM 0.26.0's: ``mask_hidden`` is copied into the
+  buffer of that name, and a parallel-drafting drafter without it is refused at load
+  (``mask_hidden not found in weights``); an EAGLE-3 config's ``mask_hidden`` is skipped.
 
 The check is ``vllm_weights``: it fails when vLLM would leave a parameter at its initial
 value, fill it only in part, or refuse a tensor.
@@ -50,6 +52,8 @@ TOP_NAMES: dict[str, str] = {
 IGNORED = ("t2d",)
 #: what a parameter holds when nothing fills it (vLLM's initialisation)
 INITIAL = {"model.norm.weight": "ones", "draft_id_to_target_id": "zeros: the identity map",
+           "mask_hidden": "absent: vLLM refuses to load a parallel-drafting drafter without "
+                          "it",
            LAYER + "input_layernorm.weight": "ones", LAYER + "hidden_norm.weight": "ones",
            LAYER + "post_attention_layernorm.weight": "ones"}
 SHARED_FROM_TARGET = ("model.embed_tokens.weight", "lm_head.weight")
@@ -63,7 +67,9 @@ def _parts(name: str) -> int:
 def table_sources(layout: DrafterLayout, names: list[str], target_vocab: int
                   ) -> dict[str, Any]:
     """What :data:`VLLM_NAMES` says vLLM's loader does with these checkpoint names."""
-    params = sorted(set(VLLM_NAMES.values()) | set(TOP_NAMES.values()))
+    parallel = layout.method == "peagle"
+    params = sorted(set(VLLM_NAMES.values()) | set(TOP_NAMES.values())
+                    | ({"mask_hidden"} if parallel else set()))
     draft = layout.draft_vocab_size or target_vocab
     if draft == target_vocab:
         params.remove("draft_id_to_target_id")  # vLLM has no mapping then
@@ -72,7 +78,9 @@ def table_sources(layout: DrafterLayout, names: list[str], target_vocab: int
     for name in names:
         key = next((name[len(p):] for p in layout.layer_prefixes if name.startswith(p)), None)
         param = VLLM_NAMES.get(key) if key is not None else TOP_NAMES.get(name)
-        if name in IGNORED:
+        if name == "mask_hidden":
+            param = "mask_hidden" if parallel else None
+        if name in IGNORED or (name == "mask_hidden" and not parallel):
             ignored.append(name)
         elif param is None or param not in params:
             refused[name] = "not a tensor of vLLM's EAGLE-3 Llama drafter"
@@ -91,7 +99,8 @@ def vllm_sources(answer: Mapping[str, Any], version: str | None) -> dict[str, An
             "target": list(answer.get("target") or []),
             "initial": list(answer.get("initial") or []),
             "ignored": list(answer.get("ignored") or []),
-            "refused": dict(answer.get("refused") or {})}
+            "refused": dict(answer.get("refused") or {}),
+            "load_error": answer.get("load_error")}
 
 
 def weights_check(sources: Mapping[str, Any], *, own_vocab: bool, note: str = "") -> Check:
@@ -107,7 +116,8 @@ def weights_check(sources: Mapping[str, Any], *, own_vocab: bool, note: str = ""
     if sources["initial"]:
         problems.append("leaves " + ", ".join(
             f"{p} at its initial value ({INITIAL.get(p, 'uninitialised memory')})"
-            for p in sources["initial"]) + ": the checkpoint has no tensor for it")
+            for p in sources["initial"]) + ": the checkpoint has no tensor for it"
+            + (f" (vLLM: {sources['load_error']})" if sources.get("load_error") else ""))
     if own_vocab and "lm_head.weight" in sources["target"]:
         problems.append("takes lm_head.weight from the target, whose rows are the whole "
                         "vocabulary, not the draft ids: the checkpoint has no lm_head")

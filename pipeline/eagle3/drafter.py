@@ -223,6 +223,18 @@ class Eagle3Drafter(nn.Module):
         self.register_buffer("t2d", torch.zeros(cfg.vocab_size, dtype=torch.bool))
         self.embed_tokens.weight.requires_grad_(False)
         self.lm_head.weight.requires_grad_(False)
+        if cfg.parallel:
+            if cfg.mask_token_id is None or not 0 <= cfg.mask_token_id < cfg.vocab_size:
+                raise ActionError(f"a peagle drafter needs a mask_token_id in 0.."
+                                  f"{cfg.vocab_size - 1}, got {cfg.mask_token_id}")
+            # P-EAGLE's learned stand-in for the verifier's aux states at the rows not yet
+            # drafted: vLLM's buffer of the same name, fed through fc like real states
+            # (speculators' shape [1, 1, 3Ht]; vLLM views it as [1, 3Ht]). Small at first:
+            # a unit-scale vector makes fc's output a large residual that swamps the mask
+            # rows, and their depths stayed at chance longer (tiny verifier, 5 epochs:
+            # held-out pos2 0.31 from randn, 0.55 from 0.02 * randn).
+            self.mask_hidden = nn.Parameter(
+                0.02 * torch.randn(1, 1, 3 * cfg.target_hidden_size))
 
     # -- setup ---------------------------------------------------------------------------
     def init_from_verifier(self, embed: torch.Tensor, lm_head: torch.Tensor, d2t: torch.Tensor,
@@ -254,6 +266,16 @@ class Eagle3Drafter(nn.Module):
     def draft_ids_to_target(self, ids: torch.Tensor) -> torch.Tensor:
         return ids + self.d2t[ids]
 
+    def mask_rows(self, batch: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """P-EAGLE's inputs at the rows it drafts in parallel: ``(ids [B, R], hidden
+        [B, R, H])``, the mask token and ``fc(mask_hidden)``, as vLLM's proposer feeds them
+        (``parallel_drafting_token_id`` and ``combine_hidden_states(mask_hidden)``)."""
+        device = self.fc.weight.device
+        ids = torch.full((batch, rows), int(self.config.mask_token_id), dtype=torch.long,
+                         device=device)
+        hidden = self.fc(self.mask_hidden.reshape(1, 1, -1).to(self.fc.weight.dtype))
+        return ids, hidden.expand(batch, rows, -1)
+
     # -- training-time test ----------------------------------------------------------------
     def forward(self, aux: torch.Tensor, input_ids: torch.Tensor, steps: int,
                 attn_impl: str = "sdpa") -> list[torch.Tensor]:
@@ -265,8 +287,15 @@ class Eagle3Drafter(nn.Module):
 
         ``aux`` [B, S, 3Ht] are the verifier's aux states for tokens ``x_0..x_{S-1}``; step
         ``k`` at row ``i`` reads token ``x_{i+1+k}`` (0 past the end; such rows carry no loss).
+
+        P-EAGLE (``config.parallel``): step 0 is the same; step ``k >= 1`` at row ``i`` is
+        the parallel-drafting row at position ``i + k`` of the round whose last verified
+        row is ``i``: it reads the mask token and ``fc(mask_hidden)`` in place of a token
+        and a pre-norm output, and attends exactly as the unrolled step does (step-0 rows
+        ``<= i`` and its own round's rows ``1..k``), which is what vLLM's one forward over
+        ``[..., bonus row, k-1 mask rows]`` computes.
         """
-        s = aux.shape[1]
+        b, s = aux.shape[:2]
         layer = self.midlayer
         attn = layer.self_attn
         hidden = self.fc(aux.to(self.fc.weight.dtype))
@@ -277,7 +306,11 @@ class Eagle3Drafter(nn.Module):
         values: list[torch.Tensor] = []
         outs = []
         for k in range(steps):
-            embeds = self.embed_tokens(padded[:, 1 + k: 1 + k + s]).to(hidden.dtype)
+            if k and self.config.parallel:
+                ids, hidden = self.mask_rows(b, s)
+                embeds = self.embed_tokens(ids).to(hidden.dtype)
+            else:
+                embeds = self.embed_tokens(padded[:, 1 + k: 1 + k + s]).to(hidden.dtype)
             x, residual = layer.pre(embeds, hidden)
             q, kk, vv = attn.qkv(x, cos_all[k: k + s], sin_all[k: k + s])
             keys.append(kk)

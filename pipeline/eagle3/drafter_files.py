@@ -16,11 +16,14 @@ import torch
 
 from pipeline.errors import ActionError
 
-__all__ = ["EAGLE_ARCH", "SPECULATORS_ARCH", "DrafterConfig", "load_safetensors",
-           "read_exported", "verifier_heads"]
+__all__ = ["EAGLE_ARCH", "SPECULATORS_ARCH", "SPECULATORS_ARCHS", "DrafterConfig",
+           "load_safetensors", "read_exported", "verifier_heads"]
 
 EAGLE_ARCH = "LlamaForCausalLMEagle3"
 SPECULATORS_ARCH = "Eagle3Speculator"
+#: speculators_model_type -> the architecture speculators names in such a config (vLLM's
+#: reader replaces it: algos.update_eagle3/update_peagle pick its own class)
+SPECULATORS_ARCHS = {"eagle3": SPECULATORS_ARCH, "peagle": "PEagleSpeculator"}
 
 
 @dataclass
@@ -43,12 +46,23 @@ class DrafterConfig:
     verifier: str = ""
     target_architectures: list[str] = field(default_factory=lambda: ["LlamaForCausalLM"])
     target_model_type: str = "llama"
+    #: ``eagle3`` (sequential drafting) or ``peagle`` (parallel drafting: draft positions
+    #: 2..k read the mask token and the learned ``mask_hidden``, :mod:`.peagle`)
+    method: str = "eagle3"
+    mask_token_id: int | None = None
+    mask_token_choice: str = ""   # why that token (recorded by train)
+
+    @property
+    def parallel(self) -> bool:
+        return self.method == "peagle"
 
     @classmethod
     def from_verifier(cls, vcfg: dict[str, Any], *, draft_vocab_size: int,
                       aux_layer_ids: list[int], verifier: str = "",
                       intermediate_size: int | None = None,
-                      norm_before_residual: bool = False) -> DrafterConfig:
+                      norm_before_residual: bool = False, method: str = "eagle3",
+                      mask_token_id: int | None = None,
+                      mask_token_choice: str = "") -> DrafterConfig:
         heads, kv_heads, head_dim = verifier_heads(vcfg)
         hidden = int(vcfg["hidden_size"])
         rope = vcfg.get("rope_parameters") or {}
@@ -64,7 +78,8 @@ class DrafterConfig:
                    norm_before_residual=norm_before_residual,
                    hidden_act=str(vcfg.get("hidden_act", "silu")), verifier=verifier,
                    target_architectures=list(vcfg.get("architectures") or ["LlamaForCausalLM"]),
-                   target_model_type=str(vcfg.get("model_type", "llama")))
+                   target_model_type=str(vcfg.get("model_type", "llama")), method=method,
+                   mask_token_id=mask_token_id, mask_token_choice=mask_token_choice)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,7 +121,8 @@ def read_exported(path: Path) -> tuple[DrafterConfig, dict[str, torch.Tensor]]:
         raise ActionError(f"config.json is not valid JSON ({exc.msg})", where=str(cfg_path)) \
             from None
     arch = (raw.get("architectures") or [""])[0]
-    if arch == SPECULATORS_ARCH or raw.get("speculators_model_type") == "eagle3":
+    spec_type = raw.get("speculators_model_type")
+    if arch in SPECULATORS_ARCHS.values() or spec_type in SPECULATORS_ARCHS:
         llama = raw.get("transformer_layer_config") or {}
         layer_prefix = "layers.0."
     elif arch in (EAGLE_ARCH, "Eagle3LlamaForCausalLM"):
@@ -114,6 +130,12 @@ def read_exported(path: Path) -> tuple[DrafterConfig, dict[str, torch.Tensor]]:
         layer_prefix = "midlayer."
     else:
         raise ActionError(f"not an EAGLE-3 drafter (architectures {raw.get('architectures')})",
+                          where=str(cfg_path))
+    method = "peagle" if spec_type == "peagle" or arch == SPECULATORS_ARCHS["peagle"] else \
+        "eagle3"
+    mask = raw.get("mask_token_id")
+    if method == "peagle" and not (isinstance(mask, int) and not isinstance(mask, bool)):
+        raise ActionError("a peagle drafter needs an integer mask_token_id (vLLM requires it)",
                           where=str(cfg_path))
     aux = (raw.get("eagle_aux_hidden_state_layer_ids")
            or (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or [])
@@ -139,7 +161,9 @@ def read_exported(path: Path) -> tuple[DrafterConfig, dict[str, torch.Tensor]]:
         target_architectures=list(extra.get("target_architectures") or ((raw.get(
             "speculators_config") or {}).get("verifier") or {}).get("architectures")
             or ["LlamaForCausalLM"]),
-        target_model_type=str(extra.get("target_model_type", "llama")))
+        target_model_type=str(extra.get("target_model_type", "llama")), method=method,
+        mask_token_id=mask if method == "peagle" else None,
+        mask_token_choice=str(extra.get("mask_token_choice", "")))
     weights = load_safetensors(path / "model.safetensors")
     state = {("midlayer." + k[len(layer_prefix):] if k.startswith(layer_prefix) else k): v
              for k, v in weights.items()}

@@ -24,6 +24,13 @@ Output: ``OUT/config.json`` + ``OUT/model.safetensors`` in one of two formats.
       verifier {name_or_path, architectures}}
     weights: layers.0.*, fc.weight, norm.weight, lm_head.weight, d2t, t2d
 
+A P-EAGLE checkpoint (``train --method peagle``) exports only as speculators, the format
+vLLM 0.26.0 reads it in (:mod:`.peagle`): ``architectures ["PEagleSpeculator"]``,
+``speculators_model_type "peagle"``, ``mask_token_id`` (required by vLLM: its proposer's
+``pard_token``), ``norm_before_fc`` false, ``speculators_config.algorithm "peagle"``, and
+the weights above plus ``mask_hidden`` ``[1, 1, 3Ht]``; served with
+``parallel_drafting: true`` (``eagle3.serve`` sets it for such a drafter).
+
 ``embed_tokens`` is left out unless ``--include-embeddings``: vLLM then shares the verifier's
 (the drafter's copy is frozen and identical). Checks: ``d2t``/``t2d`` present and consistent;
 the directory loads back (:func:`.drafter.load_drafter`) and gives bit-identical logits to the
@@ -38,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
-from pipeline.eagle3.drafter_files import EAGLE_ARCH, SPECULATORS_ARCH
+from pipeline.eagle3.drafter_files import EAGLE_ARCH, SPECULATORS_ARCHS
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.export"
@@ -49,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", type=Path, required=True,
                    help="train's output directory (latest epoch) or a checkpoint directory")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--format", choices=("eagle", "speculators"), default="eagle")
+    p.add_argument("--format", choices=("eagle", "speculators"), default=None,
+                   help="default: eagle for an EAGLE-3 drafter, speculators for P-EAGLE (the "
+                        "only format vLLM reads it in)")
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
     add_bool_arg(p, "include-embeddings", False, "also write embed_tokens.weight")
     p.add_argument("--verifier-name", default=None,
@@ -87,22 +96,29 @@ def eagle_config(cfg: Any, dtype: str, verifier: str) -> dict[str, Any]:
 
 
 def speculators_config(cfg: Any, dtype: str, verifier: str, k: int) -> dict[str, Any]:
-    return {"architectures": [SPECULATORS_ARCH], "speculators_model_type": "eagle3",
-            "speculators_version": "0.2.0",
-            "transformer_layer_config": _llama_fields(cfg),
-            "draft_vocab_size": cfg.draft_vocab_size,
-            "target_hidden_size": cfg.target_hidden_size,
-            "norm_before_residual": cfg.norm_before_residual,
-            "eagle_aux_hidden_state_layer_ids": list(cfg.aux_layer_ids),
-            "speculators_config": {
-                "algorithm": "eagle3",
-                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k}],
-                "default_proposal_method": "greedy",
-                "verifier": {"name_or_path": verifier,
-                             "architectures": list(cfg.target_architectures)}},
-            "torch_dtype": dtype,
-            "eagle3_training": {"target_num_layers": cfg.target_num_layers,
-                                "target_model_type": cfg.target_model_type}}
+    method = cfg.method
+    out: dict[str, Any] = {
+        "architectures": [SPECULATORS_ARCHS[method]], "speculators_model_type": method,
+        "speculators_version": "0.2.0",
+        "transformer_layer_config": _llama_fields(cfg),
+        "draft_vocab_size": cfg.draft_vocab_size,
+        "target_hidden_size": cfg.target_hidden_size,
+        "norm_before_residual": cfg.norm_before_residual,
+        "eagle_aux_hidden_state_layer_ids": list(cfg.aux_layer_ids),
+        "speculators_config": {
+            "algorithm": method,
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k}],
+            "default_proposal_method": "greedy",
+            "verifier": {"name_or_path": verifier,
+                         "architectures": list(cfg.target_architectures)}},
+        "torch_dtype": dtype,
+        "eagle3_training": {"target_num_layers": cfg.target_num_layers,
+                            "target_model_type": cfg.target_model_type}}
+    if cfg.parallel:
+        # vLLM's update_peagle reads these (mask_token_id is required: KeyError without)
+        out.update(mask_token_id=cfg.mask_token_id, norm_before_fc=False)
+        out["eagle3_training"]["mask_token_choice"] = cfg.mask_token_choice
+    return out
 
 
 def _rename(state: dict[str, Any], fmt: str, include_embeddings: bool) -> dict[str, Any]:
@@ -163,6 +179,11 @@ def run(args: argparse.Namespace) -> StageResult:
     result = StageResult(action=ACTION)
     ckpt = resolve_checkpoint(Path(args.checkpoint))
     model = load_drafter(ckpt)
+    if model.config.parallel and args.format == "eagle":
+        raise ActionError("a P-EAGLE drafter exports as speculators only: vLLM reads its "
+                          "mask_token_id from a speculators peagle config",
+                          where=str(ckpt), hint="drop `format: eagle` (or set speculators)")
+    args.format = args.format or ("speculators" if model.config.parallel else "eagle")
     dtype = getattr(torch, args.dtype)
     model.to(dtype=dtype)
     cfg = model.config
@@ -186,13 +207,17 @@ def run(args: argparse.Namespace) -> StageResult:
     result.metrics.update(format=args.format, dtype=args.dtype, checkpoint=str(ckpt),
                           tensors=len(tensors), draft_vocab_size=cfg.draft_vocab_size,
                           aux_layer_ids=cfg.aux_layer_ids, round_trip_max_abs_diff=diff,
-                          bytes=(out / "model.safetensors").stat().st_size)
+                          bytes=(out / "model.safetensors").stat().st_size, method=cfg.method)
+    if cfg.parallel:
+        result.metrics.update(mask_token_id=cfg.mask_token_id,
+                              mask_token_choice=cfg.mask_token_choice)
     result.artifacts.append(str(out))
     result.check("vocab_mapping", problem is None and "d2t" in tensors and "t2d" in tensors,
                  message=problem or "d2t and t2d written and consistent")
     result.check("round_trip", diff == 0.0, value=diff, expected=0.0,
                  message="max |logit diff| reloaded vs checkpoint (unrolled and KV-cache)")
-    result.summary = (f"export: {args.format} drafter in {out} ({args.dtype}, "
+    kind = f"P-EAGLE {args.format}" if cfg.parallel else args.format
+    result.summary = (f"export: {kind} drafter in {out} ({args.dtype}, "
                       f"{cfg.draft_vocab_size} draft ids, aux layers {cfg.aux_layer_ids}), "
                       f"round trip diff {diff}")
     return result

@@ -53,6 +53,13 @@ class OnlineData(SampleSplit):
     def aux_layers(self) -> list[int]:
         return list(self.index["aux_layers"])
 
+    def input_counts(self, vocab_size: int) -> torch.Tensor:
+        """How often each token is a drafter row's input over the tokens file."""
+        from pipeline.eagle3.peagle import drafter_input_counts
+
+        return drafter_input_counts(self.tokens["input_ids"], self.tokens["offsets"],
+                                    vocab_size)
+
     @property
     def offline_bytes(self) -> int:
         """What offline training would have stored for these tokens."""

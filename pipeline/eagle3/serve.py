@@ -14,6 +14,11 @@ becomes healthy, the action fails with the server's own error line (e.g. vLLM's 
 model-type refusal) and kills the server's whole process group first, so nothing is left
 running. SIGTERM (a cancelled or timed-out stage) does the same.
 
+A P-EAGLE drafter (an export whose config is speculators ``peagle``) is served with
+``"parallel_drafting": true`` in that JSON, as vLLM 0.26.0 needs for it
+(``--parallel-drafting``/``--no-parallel-drafting`` force the choice; a choice the drafter
+was not trained for is refused before vLLM starts).
+
 Run as ``python -m pipeline.eagle3.serve --target DIR [--draft DIR] [--port 8000] ...``;
 ``docs/serving.md`` lists every parameter.
 """
@@ -32,6 +37,7 @@ from pathlib import Path
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
 from pipeline.errors import ActionError
 from pipeline.served_gates import SERVE_K
+from pipeline.vllm.drafter import parallel_drafting
 from pipeline.vllm.openai_client import get
 from pipeline.vllm.server import (
     command_arg,
@@ -66,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name")
     p.add_argument("--reasoning-parser", help="e.g. qwen3, deepseek_r1")
     add_bool_arg(p, "trust-remote-code", False, "pass --trust-remote-code to vLLM")
+    add_bool_arg(p, "parallel-drafting", None,
+                 "serve the drafter with vLLM's parallel drafting (P-EAGLE); default: when "
+                 "the draft is a speculators peagle export")
     p.add_argument("--method", default="eagle3", help="speculative method (eagle3)")
     p.add_argument("--speculative-config", type=json_value(dict), default=None,
                    help="extra keys for --speculative-config (JSON object)")
@@ -151,6 +160,7 @@ def run(args: argparse.Namespace) -> StageResult:
                                    "harness started stops with `harness cancel RUN`)")
     # a relative directory would read as a model id ("export/drafter") once it leaves here
     local = lambda p: str(Path(p).resolve()) if p and Path(p).is_dir() else p  # noqa: E731
+    parallel = speculative and _parallel(args)
     argv = serve_argv(
         args.command, local(args.target), port=args.port, host=args.host,
         draft=local(args.draft) if speculative else None,
@@ -160,7 +170,7 @@ def run(args: argparse.Namespace) -> StageResult:
         gpu_memory_utilization=args.gpu_memory_utilization,
         served_model_name=args.served_model_name, reasoning_parser=args.reasoning_parser,
         trust_remote_code=args.trust_remote_code, speculative_config=args.speculative_config,
-        method=args.method, extra_args=args.extra_args)
+        method=args.method, extra_args=args.extra_args, parallel_drafting=parallel)
     log_path = (args.log or ((args.result.parent if args.result else Path.cwd())
                              / "server.log")).resolve()
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,6 +221,7 @@ def run(args: argparse.Namespace) -> StageResult:
         "service": record.to_json(), "url": url, "model": model,
         "startup_s": round(startup, 3), "speculative": speculative,
         "num_speculative_tokens": args.num_speculative_tokens if speculative else 0,
+        "parallel_drafting": parallel,
         "tensor_parallel_size": args.tensor_parallel_size,
         "command": shlex.join(argv),
         # what vLLM's own log says the start cost (model load, torch.compile, CUDA graphs)
@@ -221,10 +232,34 @@ def run(args: argparse.Namespace) -> StageResult:
     result.check("model_listed", True, value=model, message="/v1/models lists it")
     life = "kept after the pipeline run (keep: true)" if args.keep else \
         "stopped when the pipeline run ends"
-    how = f"EAGLE-3, k={args.num_speculative_tokens}" if speculative else "no speculation"
+    how = (f"{'P-EAGLE, parallel drafting' if parallel else 'EAGLE-3'}, "
+           f"k={args.num_speculative_tokens}" if speculative else "no speculation")
     result.summary = (f"serving {model} at {url} ({how}), pid {record.pid}, up in "
                       f"{startup:.1f}s; {life}")
     return result
+
+
+def _parallel(args: argparse.Namespace) -> bool:
+    """Parallel drafting for a P-EAGLE draft (a speculators peagle config), unless told;
+    a choice the drafter does not fit is refused here rather than by vLLM mid-start."""
+    draft = Path(args.draft)
+    trained = parallel_drafting(str(draft)) if draft.is_dir() else None
+    chosen = args.parallel_drafting
+    if trained is None:  # a model id: vLLM reads it, we cannot
+        return bool(chosen)
+    if chosen is False and trained:
+        raise ActionError("the drafter is a P-EAGLE drafter (speculators peagle): it drafts "
+                          "from mask rows in one forward, and served without parallel "
+                          "drafting it would be fed its own drafts instead",
+                          where=str(draft / "config.json"),
+                          hint="drop `parallel_drafting: false`")
+    if chosen and not trained:
+        raise ActionError("parallel drafting needs a P-EAGLE drafter (a speculators peagle "
+                          "export with mask_token_id and mask_hidden); vLLM refuses this one "
+                          "('mask_hidden not found in weights')",
+                          where=str(draft / "config.json"),
+                          hint="train it with `method: peagle`, or drop `parallel_drafting`")
+    return trained
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], url: str, pump: _LogPump,

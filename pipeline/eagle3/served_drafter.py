@@ -73,6 +73,12 @@ def load_served(path: Path, verifier: Any, device: torch.device, dtype: torch.dt
         raise NotServable(f"the config sets {', '.join(unsupported)}, which vLLM applies "
                           "and this verifier's drafter model does not: its figures would "
                           "not be vLLM's")
+    parallel = lay.method == "peagle"
+    mask = lay.mask_token_id
+    if parallel and not (isinstance(mask, int) and not isinstance(mask, bool)
+                         and 0 <= mask < int(vcfg.vocab_size)):
+        raise NotServable(f"mask_token_id {mask!r} is not a token of the verifier: vLLM "
+                          "needs one for the parallel-drafting rows")
     cfg = DrafterConfig(
         hidden_size=lay.hidden_size, intermediate_size=lay.intermediate_size,  # type: ignore[arg-type]
         num_attention_heads=lay.num_attention_heads,  # type: ignore[arg-type]
@@ -83,7 +89,8 @@ def load_served(path: Path, verifier: Any, device: torch.device, dtype: torch.dt
         aux_layer_ids=served_aux, target_num_layers=n_layers,
         rms_norm_eps=float((lay.raw.get("transformer_layer_config") or lay.raw)
                            .get("rms_norm_eps", 1e-6)),
-        rope_theta=_rope_theta(lay), norm_before_residual=lay.norm_before_residual)
+        rope_theta=_rope_theta(lay), norm_before_residual=lay.norm_before_residual,
+        method=lay.method, mask_token_id=mask if parallel else None)
     if any(a < 0 or a >= n_layers for a in cfg.aux_layer_ids):
         raise NotServable(f"aux layer ids {cfg.aux_layer_ids} are not layers of the verifier")
     state: dict[str, torch.Tensor] = {}
@@ -104,6 +111,19 @@ def load_served(path: Path, verifier: Any, device: torch.device, dtype: torch.dt
         state["t2d"] = t2d
     state["d2t"] = state["d2t"].long()
     state["t2d"] = state["t2d"].bool()
+    if parallel:
+        if "mask_hidden" not in state:
+            raise NotServable("no mask_hidden tensor: vLLM refuses to load a parallel-"
+                              "drafting drafter without it ('mask_hidden not found in "
+                              "weights')")
+        fc_in = 3 * cfg.target_hidden_size
+        if state["mask_hidden"].numel() != fc_in:
+            raise NotServable(f"mask_hidden holds {state['mask_hidden'].numel()} values, "
+                              f"fc takes {fc_in}")
+        state["mask_hidden"] = state["mask_hidden"].reshape(1, 1, fc_in)  # vLLM's view
+    elif "mask_hidden" in state:
+        del state["mask_hidden"]
+        notes.append("mask_hidden ignored: not a parallel-drafting config (vLLM skips it)")
     if "embed_tokens.weight" in state and lay.fmt != "checkpoint":
         # vLLM keeps a checkpoint's own embeddings (shares the target's only when they
         # are absent or identical)

@@ -8,6 +8,10 @@ One prompt at a time (batch 1), exactly as a serving engine runs one sequence:
 2. The drafter's row ``i`` reads token ``x_{i+1}`` and ``fc(aux_i)`` at position ``i``; the
    last row predicts the first draft token. Each further draft step reads the previous
    draft token and the previous step's pre-norm output, one position on. ``k`` drafts.
+   A P-EAGLE drafter (``config.parallel``) drafts them in the same forward as the new
+   rows instead, as vLLM's parallel drafting does (:mod:`.peagle`): ``k - 1`` rows after
+   them read the mask token and ``fc(mask_hidden)`` at the next positions, row ``m``
+   giving draft ``m + 1``; those rows leave the drafter's cache after the round.
 3. The verifier runs ``[x_p, d_1..d_k]`` in one forward. Draft ``d_j`` is accepted while it
    equals the verifier's own greedy token; the first disagreement (or the token after the
    last draft) is the verifier's bonus token. Rejected rows are cropped from both caches;
@@ -185,13 +189,21 @@ def speculative_decode(verifier: VerifierSteps, drafter: Eagle3Drafter, prompt: 
         m = len(pend_ids)
         _sync(device)
         t_round = time.perf_counter()
-        # The drafter reads the verifier's rows, then drafts one token per step.
+        # The drafter reads the verifier's rows, then drafts one token per step (P-EAGLE:
+        # all of them in that same forward, from mask rows).
         hidden = drafter.fc(pend_aux.to(dtype))[None]
         ids = torch.tensor([pend_ids], dtype=torch.long, device=device)
-        positions = torch.arange(pos0, pos0 + m, device=device)
+        masks = max(n_draft - 1, 0) if drafter.config.parallel else 0
+        if masks:
+            mask_ids, mask_hidden = drafter.mask_rows(1, masks)
+            ids, hidden = torch.cat([ids, mask_ids], 1), torch.cat([hidden, mask_hidden], 1)
+        positions = torch.arange(pos0, pos0 + m + masks, device=device)
         dlogits, pre = timer.run("draft", drafter.step, ids, hidden, positions, dcache)
         drafts: list[int] = []
-        for j in range(n_draft):
+        if drafter.config.parallel:
+            best = dlogits[0, m - 1: m - 1 + n_draft].argmax(-1)
+            drafts = [int(t) for t in drafter.draft_ids_to_target(best)]
+        for j in range(0 if drafter.config.parallel else n_draft):
             if j:
                 ids = torch.tensor([[drafts[-1]]], dtype=torch.long, device=device)
                 positions = torch.tensor([pos0 + m - 1 + j], device=device)

@@ -12,6 +12,13 @@ embeddings (frozen). Loss: ``--ttt-steps`` unrolled steps against the verifier's
 restricted to the draft vocab (:mod:`.ttt`). AdamW (fused on GPU) with linear warmup and
 cosine decay, gradient clipping, bf16 autocast on GPU.
 
+``--method peagle`` trains a P-EAGLE drafter for vLLM's parallel drafting
+(:mod:`.peagle`): the same network plus a learned ``mask_hidden``; position 1 reads the
+verifier's states, positions 2..k the mask token (``--mask-token-id``, else chosen from
+the data and recorded) and ``fc(mask_hidden)``, all ``k`` depths of every position in one
+forward with the attention vLLM's single drafting forward has. Each depth weighs the same
+in the loss by default (``--step-decay`` 1.0, speculators' recipe; 0.8 for eagle3).
+
 Resume: an ``OUT`` with a ``state.json`` continues after its last finished epoch, with the
 same result as an uninterrupted run; ``OUT/.config.json`` refuses other settings.
 ``--stop-after-epochs`` ends a run early on purpose (time-boxed jobs). Warm start
@@ -40,15 +47,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, json_arg, make_parser, run_action
-from pipeline.eagle3.common import (
-    DTYPES,
-    atomic_write_text,
-    guard_config,
-    log,
-    pick_dtype,
-)
+from pipeline.eagle3.common import DTYPES, atomic_write_text, guard_config, log
 from pipeline.eagle3.distributed import Dist, wrap_ddp
+from pipeline.eagle3.peagle import METHODS
 from pipeline.eagle3.placement import add_placement_args
+from pipeline.eagle3.train_setup import build_drafter, online_data
 from pipeline.errors import ActionError
 from pipeline.series import emit
 
@@ -81,8 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--stop-after-epochs", type=int, default=None,
                    help="stop after this many epochs in total (resume later)")
-    p.add_argument("--ttt-steps", type=int, default=3)
-    p.add_argument("--step-decay", type=float, default=0.8, help="loss weight decay per step")
+    p.add_argument("--method", choices=METHODS, default="eagle3",
+                   help="eagle3 (sequential drafting) or peagle (P-EAGLE: all k drafts in "
+                        "one forward, vLLM's parallel_drafting)")
+    p.add_argument("--mask-token-id", type=int, default=None,
+                   help="peagle: the mask token of the parallel rows (default: the special "
+                        "token the training data holds least, recorded in the checkpoint)")
+    p.add_argument("--ttt-steps", type=int, default=3,
+                   help="draft positions trained (peagle: the parallel depths, k)")
+    p.add_argument("--step-decay", type=float, default=None,
+                   help="loss weight decay per step (default 0.8; 1.0 for peagle)")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--min-lr-ratio", type=float, default=0.1)
     p.add_argument("--warmup-ratio", type=float, default=0.03)
@@ -122,100 +133,6 @@ def _file_digest(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def build_drafter(args: argparse.Namespace, vcfg: dict[str, Any], aux_layers: list[int]):
-    """A fresh drafter from the verifier and vocab, or the warm-start one (guarded)."""
-    from pipeline.eagle3.datafiles import read_vocab
-    from pipeline.eagle3.drafter import DrafterConfig, Eagle3Drafter, load_drafter, verifier_matrix
-
-    verifier = Path(args.verifier)
-    if args.init_from is not None:
-        drafter = load_drafter(Path(args.init_from), embed_from=verifier, dtype=None)
-        drafter.float()
-        cfg = drafter.config
-        where = str(args.init_from)
-        if cfg.vocab_size != int(vcfg["vocab_size"]) or cfg.hidden_size != int(vcfg["hidden_size"]):
-            raise ActionError(f"drafter is for vocab {cfg.vocab_size} / hidden "
-                              f"{cfg.hidden_size}, the verifier has {vcfg['vocab_size']} / "
-                              f"{vcfg['hidden_size']}", where=where)
-        if list(cfg.aux_layer_ids) != list(aux_layers):
-            raise ActionError(f"drafter was trained on aux layers {cfg.aux_layer_ids}, the "
-                              f"hidden states hold {aux_layers}", where=where,
-                              hint="extract hidden states with the drafter's aux layers")
-        if args.vocab is not None:
-            import torch
-
-            d2t, t2d, vpath = read_vocab(Path(args.vocab))
-            if not (torch.equal(d2t, drafter.d2t) and torch.equal(t2d, drafter.t2d)):
-                same = int((torch.arange(d2t.numel()) + d2t == torch.arange(
-                    drafter.d2t.numel()) + drafter.d2t).sum()) if d2t.numel() == \
-                    drafter.d2t.numel() else 0
-                raise ActionError(
-                    f"the vocab mapping differs from the warm-start drafter's own d2t/t2d "
-                    f"({same}/{drafter.d2t.numel()} draft ids agree); training with it would "
-                    f"silently point the frozen lm_head rows at other tokens",
-                    where=str(vpath),
-                    hint=f"omit --vocab to keep {where}'s own mapping")
-        return drafter
-    if args.vocab is None:
-        raise ActionError("--vocab is required unless --init-from is given")
-    d2t, t2d, vpath = read_vocab(Path(args.vocab))
-    if t2d.numel() != int(vcfg["vocab_size"]):
-        raise ActionError(f"vocab mapping is for a target vocab of {t2d.numel()}, the verifier "
-                          f"has {vcfg['vocab_size']}", where=str(vpath))
-    cfg = DrafterConfig.from_verifier(vcfg, draft_vocab_size=int(d2t.numel()),
-                                      aux_layer_ids=aux_layers, verifier=str(verifier),
-                                      intermediate_size=args.intermediate_size,
-                                      norm_before_residual=args.norm_before_residual)
-    drafter = Eagle3Drafter(cfg)
-    drafter.init_from_verifier(verifier_matrix(verifier, "embed"),
-                               verifier_matrix(verifier, "lm_head"), d2t, t2d)
-    return drafter
-
-
-def _online_data(args: argparse.Namespace, vcfg: dict[str, Any], dist: Dist):
-    """The verifier, placed and loaded here, as the source of every batch's states."""
-    from pipeline.eagle3.common import choose_aux_layers
-    from pipeline.eagle3.datafiles import read_tokens
-    from pipeline.eagle3.memory_plan import Workload, load_placed
-    from pipeline.eagle3.online import OnlineData
-    from pipeline.eagle3.placement import placement_from_args
-
-    if args.tokens is None:
-        raise ActionError("--online needs --tokens (tokenize's output directory)")
-    if args.hidden_states is not None:
-        raise ActionError("--online and --hidden-states are exclusive: online training "
-                          "makes the hidden states itself")
-    verifier = Path(args.verifier)
-    tokens = read_tokens(Path(args.tokens))
-    if tokens["vocab_size"] != int(vcfg["vocab_size"]):
-        raise ActionError(f"tokens are for a vocab of {tokens['vocab_size']}, the verifier "
-                          f"has {vcfg['vocab_size']}", where=str(tokens["path"]))
-    aux, note = choose_aux_layers(args.aux_layers, int(vcfg["num_hidden_layers"]),
-                                  str(verifier / "config.json"))
-    if note and dist.main:
-        log(f"[train] {note}")
-    placement = placement_from_args(args, dist.device)
-    dtype = pick_dtype(args.verifier_dtype, placement.device)
-    offsets = tokens["offsets"]
-    longest = int((offsets[1:] - offsets[:-1]).max())
-    seq = min(longest, args.max_length, args.batch_tokens)
-    work = Workload(batch=max(1, min(args.batch_size, args.batch_tokens // seq)), seq=seq,
-                    captured=len(aux) + 1)
-    placed = load_placed(verifier, dtype, placement, work, log if dist.main else _quiet)
-    data = OnlineData(tokens, placed.model, placed.input_device, aux, seed=args.seed,
-                      holdout=args.holdout, max_length=args.max_length, dtype=dtype,
-                      verifier_config=vcfg)
-    if dist.main:
-        log(f"[train] online: the verifier makes each batch's states here; no shards "
-            f"(offline would store {data.offline_bytes / 1e9:.3f} GB for these "
-            f"{int(offsets[-1])} tokens)")
-    return data, placed.plan
-
-
-def _quiet(_msg: str) -> None:
-    pass
-
-
 def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
     if step < warmup:
         return (step + 1) / warmup
@@ -233,6 +150,10 @@ def run(args: argparse.Namespace) -> StageResult:
 
     if not 1 <= args.ttt_steps <= 16:
         raise ActionError(f"--ttt-steps must be in 1..16 (3..7 is usual), got {args.ttt_steps}")
+    if args.method != "peagle" and args.mask_token_id is not None:
+        raise ActionError("--mask-token-id is for --method peagle")
+    if args.step_decay is None:
+        args.step_decay = 1.0 if args.method == "peagle" else 0.8
     result = StageResult(action=ACTION)
     dist = Dist(args.device)
     device = dist.device
@@ -241,7 +162,7 @@ def run(args: argparse.Namespace) -> StageResult:
     vcfg = verifier_config(Path(args.verifier))
     plan = None  # the verifier's memory plan, online
     if args.online:
-        data, plan = _online_data(args, vcfg, dist)
+        data, plan = online_data(args, vcfg, dist)
     else:
         if args.hidden_states is None:
             raise ActionError("give --hidden-states (offline), or --online with --tokens")
@@ -255,12 +176,18 @@ def run(args: argparse.Namespace) -> StageResult:
                               f"the verifier {vcfg['hidden_size']}",
                               where=str(Path(args.hidden_states) / "index.json"))
     torch.manual_seed(args.seed)  # the drafter's initialisation, whatever loaded before
-    drafter = build_drafter(args, vcfg, data.aux_layers)
+    drafter = build_drafter(args, vcfg, data.aux_layers, data)
+    if drafter.config.parallel and dist.main:
+        log(f"[train] P-EAGLE mask token {drafter.config.mask_token_choice}")
     out = Path(args.out)
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
            if k not in ("result", "stop_after_epochs", "log_every", "device", "min_acc1",
                         "eval_batches", "compile_loss", "compile_blocks", "attn",
                         "device_map", "max_memory", "offload_folder")}
+    if args.method == "eagle3":  # keys absent as before: earlier runs resume as they were
+        del cfg["method"], cfg["mask_token_id"]
+    else:
+        cfg["mask_token_id"] = drafter.config.mask_token_id
     cfg["hidden_states_config"] = data.index["config_hash"]
     cfg["vocab_sha"] = _file_digest(Path(args.vocab) if Path(args.vocab).is_file() else
                                     Path(args.vocab) / "vocab.safetensors") if args.vocab else None
@@ -312,7 +239,9 @@ def run(args: argparse.Namespace) -> StageResult:
     last_epoch = args.epochs if args.stop_after_epochs is None else min(args.epochs,
                                                                         args.stop_after_epochs)
     log(f"[train] {len(data.train)} train / {len(data.heldout)} held-out samples, "
-        f"{steps_per_epoch} steps/epoch x {args.epochs} epochs, ttt {args.ttt_steps}, "
+        f"{steps_per_epoch} steps/epoch x {args.epochs} epochs, "
+        + (f"P-EAGLE depths {args.ttt_steps} (mask token {drafter.config.mask_token_id}), "
+           if drafter.config.parallel else f"ttt {args.ttt_steps}, ") +
         f"draft vocab {drafter.d2t.numel()}, {sum(p.numel() for p in params)} trainable "
         f"params, {device}, world {dist.world}")
     train_tokens = 0
@@ -369,13 +298,17 @@ def run(args: argparse.Namespace) -> StageResult:
                     logged = (total, i + 1)
         finally:
             prefetch.close()
+        if on_gpu:
+            torch.cuda.synchronize(device)
+        epoch_seconds = time.perf_counter() - t0  # the training steps, not the evaluation
         train_tokens += tokens
         heldout = _evaluate(drafter, heldout_head, data, args, device, autocast, dist,
                             position_accuracy)
         record = {"epoch": epoch + 1, "train_loss": float(loss_sum) / max(1, len(batches)),
                   "train_acc": summarize(acc_c, acc_n), "heldout_acc": heldout,
                   "est_acceptance_length": acceptance_length(heldout),
-                  "tokens_per_s": tokens * dist.world / (time.perf_counter() - t0)}
+                  "tokens_per_s": tokens * dist.world / (time.perf_counter() - t0),
+                  "seconds": round(epoch_seconds, 2)}
         if dist.world > 1:
             flat = torch.cat([p.detach().float().flatten() for p in params])
             record["ranks_in_sync"] = dist.same_everywhere(
@@ -403,6 +336,13 @@ def run(args: argparse.Namespace) -> StageResult:
                                for k, a in enumerate(acc)})
         result.metrics["est_acceptance_length"] = round(history[-1]["est_acceptance_length"], 3)
     result.metrics["epochs_done"] = history[-1]["epoch"] if history else 0
+    timed = [h["seconds"] for h in history if "seconds" in h]
+    if timed:  # this run's epochs (a resumed run's earlier ones keep their own record)
+        result.metrics["epoch_seconds"] = round(sum(timed) / len(timed), 2)
+    result.metrics["method"] = args.method
+    if drafter.config.parallel:
+        result.metrics["mask_token_id"] = drafter.config.mask_token_id
+        result.metrics["mask_token_choice"] = drafter.config.mask_token_choice
     if first_loss is not None:
         result.metrics["first_step_loss"] = first_loss
     if curve:
@@ -438,7 +378,8 @@ def run(args: argparse.Namespace) -> StageResult:
     result.check("heldout_acc_pos1", acc1 >= args.min_acc1, value=round(acc1, 4),
                  expected=f">= {args.min_acc1}",
                  message="drafter greedy token == verifier greedy token, position 1")
-    result.summary = (f"train: epoch {result.metrics['epochs_done']}/{args.epochs}, held-out "
+    result.summary = (f"train{' (P-EAGLE)' if drafter.config.parallel else ''}: epoch "
+                      f"{result.metrics['epochs_done']}/{args.epochs}, held-out "
                       f"accuracy " + " ".join(f"pos{k + 1} {a:.3f}" for k, a in enumerate(
                           history[-1]["heldout_acc"] if history else [])))
     return result

@@ -111,6 +111,13 @@ class TrainData(SampleSplit):
     def aux_layers(self) -> list[int]:
         return list(self.index["aux_layers"])
 
+    def input_counts(self, vocab_size: int) -> torch.Tensor:
+        """How often each token is a drafter row's input over the shards' samples."""
+        from pipeline.eagle3.peagle import drafter_input_counts
+
+        return sum((drafter_input_counts(r.input_ids, r.offsets, vocab_size)
+                    for r in self.readers), torch.zeros(vocab_size, dtype=torch.int64))
+
     def load(self, batch: list[int], pin: bool = False) -> Batch:
         rows = []
         for i in batch:

@@ -109,6 +109,12 @@ FALLBACK_TABLE: tuple[Era, ...] = (
 )
 
 
+#: P-EAGLE (speculators type ``peagle``, served with ``parallel_drafting``): read in vLLM
+#: 0.26.0's transformers_utils/configs/speculators/algos.py (update_peagle) and
+#: model_executor/models/llama_eagle3.py (mask_hidden); earlier releases not read here.
+PEAGLE_READ = "0.26.0"
+
+
 def _version_tuple(text: str) -> tuple[int, ...]:
     nums = re.findall(r"\d+", text.split("+", 1)[0])[:3]
     return tuple(int(n) for n in nums) + (0,) * (3 - len(nums[:3]))
@@ -131,6 +137,8 @@ def _era_accepts(era: Era, model_type: str, draft: Mapping[str, Any] | None
     target = any(s in model_type for s in era.targets)
     if draft is None:
         return target, None
+    if draft.get("speculators_model_type") == "peagle":
+        return target, era.last is None  # the newest era, where PEAGLE_READ lies
     if draft.get("speculators_model_type"):
         return target, era.speculators and draft.get("speculators_model_type") == "eagle3"
     archs = [str(a) for a in draft.get("architectures") or []]
@@ -193,14 +201,20 @@ def fallback_answer(version: str | None, target_config: Mapping[str, Any],
               "target": target}
     if draft_config is not None:
         spec_type = draft_config.get("speculators_model_type")
+        said = (("speculators-format drafters load" if chosen.speculators else
+                 "no speculators-format support") if spec_type else
+                ("names ending in Eagle3 are kept" if chosen.keep_suffixed else
+                 "every architecture is prefixed with Eagle3"))
+        if spec_type == "peagle":
+            known = version is None or _version_tuple(version) >= _version_tuple(PEAGLE_READ)
+            d_ok = True if known else None
+            said = (f"speculators type 'peagle' (P-EAGLE, served with parallel_drafting) "
+                    f"is read in vLLM {PEAGLE_READ}'s algos.py"
+                    + ("" if known else f"; whether {version} has it is not known here"))
         answer["draft"] = {
             "accepted": d_ok, "format": "speculators" if spec_type else "eagle",
             "value": spec_type or draft_config.get("architectures"),
-            "reason": f"{label}: " + (
-                ("speculators-format drafters load" if chosen.speculators else
-                 "no speculators-format support") if spec_type else
-                ("names ending in Eagle3 are kept" if chosen.keep_suffixed else
-                 "every architecture is prefixed with Eagle3"))}
+            "reason": f"{label}: {said}"}
     return answer
 
 

@@ -15,18 +15,31 @@ torch inside the functions. They raise what vLLM raises.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from typing import Any
 
-__all__ = ["aux_ids", "build_drafter", "vllm_configs"]
+__all__ = ["aux_ids", "build_drafter", "parallel_drafting", "vllm_configs"]
+
+
+def parallel_drafting(drafter_dir: str) -> bool:
+    """Whether vLLM serves this drafter with ``parallel_drafting``: a speculators config of
+    type ``peagle`` (P-EAGLE), as ``eagle3.serve`` decides."""
+    try:
+        with open(os.path.join(drafter_dir, "config.json")) as fh:
+            config = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("speculators_model_type") == "peagle"
 
 
 def vllm_configs(verifier_dir: str, drafter_dir: str, dtype: str = "float32",
-                 num_speculative_tokens: int = 3) -> Any:
+                 num_speculative_tokens: int = 3, parallel: bool | None = None) -> Any:
     """vLLM's own ``VllmConfig`` for serving ``verifier_dir`` with the EAGLE-3 drafter
     ``drafter_dir`` on the CPU: eager, custom ops off (their native torch forms), no
-    tokenizer. Raises what vLLM raises."""
+    tokenizer; ``parallel_drafting`` for a P-EAGLE drafter (``parallel`` None: decided by
+    :func:`parallel_drafting`). Raises what vLLM raises."""
     from vllm.config import (  # type: ignore[import-not-found]
         CompilationConfig,
         DeviceConfig,
@@ -39,13 +52,16 @@ def vllm_configs(verifier_dir: str, drafter_dir: str, dtype: str = "float32",
 
     model_config = ModelConfig(model=verifier_dir, tokenizer=verifier_dir, dtype=dtype,
                                enforce_eager=True, skip_tokenizer_init=True)
-    parallel = ParallelConfig()
+    parallel_config = ParallelConfig()
+    # only asked for when wanted: releases before parallel drafting have no such field
+    extra = {"parallel_drafting": True} if (parallel_drafting(drafter_dir) if parallel is None
+                                            else parallel) else {}
     speculative = SpeculativeConfig(method="eagle3", model=drafter_dir,
                                     num_speculative_tokens=num_speculative_tokens,
                                     target_model_config=model_config,
-                                    target_parallel_config=parallel)
+                                    target_parallel_config=parallel_config, **extra)
     return VllmConfig(model_config=model_config, speculative_config=speculative,
-                      parallel_config=parallel, load_config=LoadConfig(),
+                      parallel_config=parallel_config, load_config=LoadConfig(),
                       device_config=DeviceConfig(device="cpu"),
                       compilation_config=CompilationConfig(custom_ops=["none"]))
 

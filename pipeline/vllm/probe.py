@@ -343,19 +343,42 @@ def weight_sources(verifier_dir: str, drafter_dir: str) -> dict[str, Any]:
     refused: dict[str, str] = {}
     ignored: list[str] = []
     tensors = _safetensors_headers(drafter_dir)
+
+    def meta(dtype: str, shape: list[int]) -> Any:
+        return torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES.get(dtype, "float32")),
+                           device="meta")
+
+    # A parallel-drafting (P-EAGLE) drafter copies ``mask_hidden`` into a buffer, not
+    # through a weight loader, and its load_weights refuses any call whose tensors lack
+    # it: so it goes with every call, and on its own once (a wrong size fails the copy).
+    parallel = bool(getattr(model, "use_parallel_drafting", False))
+    mask = next(((n, meta(d, s)) for n, d, s in tensors if "mask_hidden" in n), None)
+    buffers: dict[str, list[str]] = {}
+    load_error = None
+    if parallel and mask is None:  # each tensor alone; vLLM's verdict on the whole below
+        model.use_parallel_drafting = False
     with set_current_vllm_config(config):
         for name, dtype, shape in tensors:
             current[:] = [name]
             before = sum(len(v) for v in fed.values())
-            meta = torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES.get(dtype, "float32")),
-                               device="meta")
+            batch = [(name, meta(dtype, shape))]
+            if parallel and mask is not None and name != mask[0]:
+                batch.append(mask)
             try:
-                model.load_weights([(name, meta)])
+                model.load_weights(batch)
             except Exception as exc:
                 refused[name] = _error(exc)
                 continue
-            if sum(len(v) for v in fed.values()) == before:
+            if parallel and mask is not None and name == mask[0]:
+                buffers["mask_hidden"] = [name]
+            elif sum(len(v) for v in fed.values()) == before:
                 ignored.append(name)
+        model.use_parallel_drafting = parallel
+        if parallel and mask is None:
+            try:
+                model.load_weights([])  # vLLM's own verdict on a drafter without it
+            except Exception as exc:
+                load_error = _error(exc)
     own_lm = bool(getattr(model, "has_own_lm_head", True))
     own_embed = bool(getattr(model, "has_own_embed_tokens", True))
     target: list[str] = []
@@ -369,11 +392,14 @@ def weight_sources(verifier_dir: str, drafter_dir: str) -> dict[str, Any]:
         if shared_embed or shared_head:
             target.append(name)
     initial = [n for n in params if n not in fed and n not in target]
+    if parallel and "mask_hidden" not in buffers:
+        initial.append("mask_hidden")
     return {"class": cls_name,
             "params": {n: {"shape": list(p.shape), "from": fed.get(n, [])}
                        for n, p in params.items()},
-            "checkpoint": {n: fed[n] for n in params if n in fed},
+            "checkpoint": {**{n: fed[n] for n in params if n in fed}, **buffers},
             "target": target, "initial": initial, "ignored": ignored, "refused": refused,
+            "parallel_drafting": parallel, "load_error": load_error,
             "aux_layer_ids": drafter["aux_ids"](config)}
 
 

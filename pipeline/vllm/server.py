@@ -64,8 +64,11 @@ def serve_argv(command: Sequence[str], target: str, *, port: int, host: str | No
                served_model_name: str | None = None, reasoning_parser: str | None = None,
                trust_remote_code: bool = False,
                speculative_config: Mapping[str, Any] | None = None,
-               method: str = "eagle3", extra_args: Sequence[str] = ()) -> list[str]:
-    """The ``vllm serve`` command line. ``draft=None`` serves the target alone (baseline)."""
+               method: str = "eagle3", extra_args: Sequence[str] = (),
+               parallel_drafting: bool = False) -> list[str]:
+    """The ``vllm serve`` command line. ``draft=None`` serves the target alone (baseline);
+    ``parallel_drafting`` for a P-EAGLE drafter (vLLM 0.26.0: method eagle3 with
+    ``"parallel_drafting": true``; the drafter's speculators config names the mask token)."""
     argv = [*command, "serve", target, "--port", str(port)]
     if host:
         argv += ["--host", host]
@@ -86,6 +89,8 @@ def serve_argv(command: Sequence[str], target: str, *, port: int, host: str | No
                                   "num_speculative_tokens": int(num_speculative_tokens)}
         if draft_tensor_parallel_size is not None:
             config["draft_tensor_parallel_size"] = int(draft_tensor_parallel_size)
+        if parallel_drafting:
+            config["parallel_drafting"] = True
         config.update(speculative_config or {})
         argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
     return argv + [str(a) for a in extra_args]

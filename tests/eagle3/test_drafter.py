@@ -70,6 +70,62 @@ def test_unrolled_steps_equal_kv_cache_inference():
         assert cache.length == n + 1
 
 
+@pytest.mark.parametrize("impl", ["sdpa", "math"])
+def test_parallel_depths_equal_one_kv_cache_forward_with_mask_rows(impl):
+    """P-EAGLE: depth k of training at row n is what vLLM's parallel drafting computes for
+    draft k+1 after position n: one forward over the verified rows and k mask rows (the
+    mask token, fc(mask_hidden)) at the next positions, against the same cache."""
+    model = tiny_drafter(method="peagle", mask_token_id=7)
+    s, steps, n = 10, 4, 5
+    aux = torch.randn(1, s, 96, dtype=torch.float64)
+    ids = torch.randint(0, 60, (1, s + 1))
+    with torch.no_grad():
+        depths = [model.logits(o) for o in model.ttt_forward(aux, ids[:, :s], steps, impl)]
+        cache = DrafterCache()
+        mask_ids, mask_hidden = model.mask_rows(1, steps - 1)
+        assert mask_ids.tolist() == [[7] * (steps - 1)]
+        logits, _ = model.step(torch.cat([ids[:, 1:n + 2], mask_ids], 1),
+                               torch.cat([model.fc(aux[:, :n + 1]), mask_hidden], 1),
+                               torch.arange(n + steps), cache)
+        for k in range(steps):
+            torch.testing.assert_close(logits[:, n + k], depths[k][:, n], rtol=1e-12,
+                                       atol=1e-12)
+        # the mask rows are not the tokens: another mask_hidden changes depths 2.., not 1
+        model.mask_hidden.add_(1.0)
+        moved = [model.logits(o) for o in model.ttt_forward(aux, ids[:, :s], steps, impl)]
+    torch.testing.assert_close(moved[0], depths[0], rtol=0, atol=0)
+    assert not torch.allclose(moved[1], depths[1])
+
+
+def test_parallel_training_learns_mask_hidden_and_keeps_embeddings_frozen():
+    model = tiny_drafter(dtype=torch.float32, seed=3, method="peagle", mask_token_id=7)
+    assert any(p is model.mask_hidden for p in model.trainable_parameters())
+    loss_fn = TTTLoss(model, torch.randn(24, 32), steps=3, decay=1.0)
+    torch.manual_seed(4)
+    batch = (torch.randn(4, 16, 96), torch.randn(4, 16, 32), torch.randint(0, 60, (4, 16)),
+             torch.ones(4, 16, dtype=torch.uint8))
+    opt = torch.optim.AdamW(model.trainable_parameters(), lr=3e-3)
+    before, embed = model.mask_hidden.detach().clone(), model.embed_tokens.weight.clone()
+    losses = []
+    for _ in range(40):
+        loss, _correct, counted = loss_fn(*batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0]
+    assert counted.tolist() == [4 * 14, 4 * 13, 4 * 12]
+    assert not torch.equal(model.mask_hidden, before)
+    assert torch.equal(model.embed_tokens.weight, embed)
+
+
+def test_a_parallel_drafter_needs_a_mask_token():
+    from pipeline.errors import ActionError
+
+    with pytest.raises(ActionError, match=r"mask_token_id in 0\.\.59, got 60"):
+        tiny_drafter(method="peagle", mask_token_id=60)
+
+
 def test_soft_cross_entropy_matches_autograd_reference():
     torch.manual_seed(1)
     logits = torch.randn(2, 7, 24, dtype=torch.float64, requires_grad=True)

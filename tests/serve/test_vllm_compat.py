@@ -92,6 +92,23 @@ def test_without_vllm_the_fallback_table_answers_and_says_so(with_vllm) -> None:
     assert "FALLBACK" in checks[1].message
 
 
+PEAGLE = {"architectures": ["PEagleSpeculator"], "speculators_model_type": "peagle",
+          "mask_token_id": 0}
+
+
+def test_the_fallback_table_knows_peagle_from_the_release_read(with_vllm) -> None:
+    """P-EAGLE (speculators type peagle) was read in vLLM 0.26.0: accepted there and by the
+    newest rules; an earlier release is not decided (not read), never called fine."""
+    with_vllm(None)
+    for version in ("0.26.0", None):
+        checks, _ = compat_checks(LLAMA, PEAGLE, version=version)
+        assert checks[2].passed and "'peagle' (P-EAGLE, served with parallel_drafting) " \
+            "is read in vLLM 0.26.0" in checks[2].message
+    checks, answer = compat_checks(LLAMA, PEAGLE, version="0.22.0")
+    assert answer["draft"]["accepted"] is None
+    assert "whether 0.22.0 has it is not known here" in checks[2].message
+
+
 def test_a_server_command_reports_its_version_for_the_fallback(with_vllm) -> None:
     with_vllm(None)
     command = [sys.executable, str(ROOT / "tests" / "fake_vllm.py")]

@@ -51,7 +51,7 @@ def vllm_python() -> str:
     python = _vllm_python()
     if python is None:
         pytest.skip(f"no real vLLM: set {ENV} to the python of a venv with vLLM installed "
-                    "(pip install vllm==0.33.0; see docs/verify.md)")
+                    "(pip install vllm==0.26.0; see docs/verify.md)")
     return python
 
 
@@ -76,9 +76,20 @@ def sequence(good):
             "next": out.logits[0, -1].argmax()}
 
 
+@pytest.fixture(scope="module")
+def vllm_version(vllm_python) -> str:
+    """The version of the vLLM under test (its package metadata, read in its interpreter)."""
+    out = subprocess.run([vllm_python, "-c", "from importlib.metadata import version; "
+                          "print(version('vllm'))"], capture_output=True, text=True,
+                         timeout=120, cwd="/")
+    return out.stdout.strip()
+
+
 def _variant(good, tmp_path: Path, kind: str) -> tuple[Path, str]:
     if kind == "eagle":
         return good["dir"], "midlayer."
+    if kind == "peagle":
+        return good["peagle"], "layers.0."
     if kind == "norm_before_residual":
         d = tmp_path / "nbr"
         shutil.copytree(good["dir"], d)
@@ -109,7 +120,7 @@ def _ask_vllm(python: str, tmp_path: Path, request: dict) -> tuple[dict, dict]:
                                                                     "outputs.safetensors"))
 
 
-@pytest.mark.parametrize("kind", ["eagle", "speculators", "norm_before_residual"])
+@pytest.mark.parametrize("kind", ["eagle", "speculators", "norm_before_residual", "peagle"])
 def test_vllm_loads_and_runs_the_export_as_we_do(vllm_python, good, sequence, tmp_path, kind):
     import torch
     from safetensors.torch import save_file
@@ -129,8 +140,10 @@ def test_vllm_loads_and_runs_the_export_as_we_do(vllm_python, good, sequence, tm
                "positions": torch.arange(len(sequence["ids"])),
                "aux": aux.contiguous(), "draft_token": draft_token},
               str(tmp_path / "inputs.safetensors"))
+    parallel = kind == "peagle"
     argv = serve_argv(["vllm"], str(good["verifier"]), port=8001, host="127.0.0.1",
-                      draft=str(drafter), num_speculative_tokens=3)
+                      draft=str(drafter), num_speculative_tokens=3,
+                      parallel_drafting=parallel)
     answer, got = _ask_vllm(vllm_python, tmp_path, {
         "probe": str(PROBE), "verifier": str(good["verifier"]), "drafter": str(drafter),
         "dtype": "float32", "serve_argv": argv, "layer_prefix": prefix,
@@ -145,6 +158,10 @@ def test_vllm_loads_and_runs_the_export_as_we_do(vllm_python, good, sequence, tm
     assert sorted(cfg["aux_layer_ids"]) == aux_ids
     assert cfg["norm_before_residual"] is layout.norm_before_residual
     assert cfg["target_layers"] == sequence["verifier"].config.num_hidden_layers
+    # P-EAGLE: vLLM serves it with parallel drafting, our mask token as its pard_token
+    assert cfg["parallel_drafting"] is parallel
+    assert cfg["pard_token"] == (layout.mask_token_id if parallel else None)
+    assert answer.get("mask_hidden") == (0.0 if parallel else None)
     # its loader fills every parameter from the export, bit for bit, but the embeddings,
     # which it shares with the target; t2d is ignored
     loaded = answer["loaded"]
@@ -177,6 +194,16 @@ def test_vllm_loads_and_runs_the_export_as_we_do(vllm_python, good, sequence, tm
     assert torch.isinf(full).sum(-1).eq(full.shape[-1] - targets.numel()).all()
     assert torch.equal(full[:, targets], got["prefill.draft_logits"])
     assert torch.equal(full.argmax(-1), targets[logits[0].argmax(-1)])
+    if parallel:
+        # the proposer's one drafting forward: the same rows, then k-1 mask rows; ours is
+        # the reference loop's (specdecode): those rows through the KV-cache step
+        mask_ids, mask_hidden = model.mask_rows(1, 2)
+        with torch.no_grad():
+            logits3, _ = model.step(torch.cat([sequence["ids"][None], mask_ids], 1),
+                                    torch.cat([fc[None], mask_hidden], 1),
+                                    torch.arange(len(sequence["ids"]) + 2))
+        torch.testing.assert_close(got["parallel.fc"][1:], mask_hidden[0], **tight)
+        _close_logits(got["parallel.draft_logits"], logits3[0, -3:])
 
 
 def test_served_in_bfloat16_vllm_stays_within_the_bf16_tolerance(vllm_python, good, sequence,
@@ -241,15 +268,15 @@ def _close_logits(theirs, ours) -> None:
     assert torch.equal(theirs.argmax(-1), ours.argmax(-1))
 
 
-def test_verify_asks_the_real_vllm(vllm_python, good, variants, tmp_path):
+def test_verify_asks_the_real_vllm(vllm_python, vllm_version, good, variants, tmp_path):
     rc, result = run_verify(tmp_path, verify_params(good, good["dir"], functional=False,
                                                     vllm_python=vllm_python))
     c = checks(result)
     assert rc == 0, [(n, x.message) for n, x in c.items() if not x.passed]
-    assert c["vllm_source"].value.startswith("0.33")
+    assert c["vllm_source"].value == vllm_version
     assert "implements SupportsEagle3" in c["vllm_eagle3_target"].message
     sources = result.metrics["vllm_weight_sources"]
-    assert sources["source"].startswith("vllm 0.33")
+    assert sources["source"] == f"vllm {vllm_version}"
     assert sources["target"] == ["model.embed_tokens.weight"]
     assert sources["ignored"] == ["t2d"] and sources["initial"] == []
     assert len(sources["checkpoint"]) == 11
@@ -257,4 +284,34 @@ def test_verify_asks_the_real_vllm(vllm_python, good, variants, tmp_path):
                                                     vllm_python=vllm_python))
     w = checks(result)["vllm_weights"]
     assert not w.passed and "draft_id_to_target_id at its initial value" in w.message
-    assert "vllm 0.33" in w.message
+    assert f"vllm {vllm_version}" in w.message
+
+
+def test_verify_asks_the_real_vllm_about_the_peagle_export(vllm_python, vllm_version, good,
+                                                           tmp_path):
+    """vLLM's own loader, built for parallel drafting, fills every parameter and the
+    mask_hidden buffer from the P-EAGLE export; without mask_hidden it refuses, in its own
+    words."""
+    rc, result = run_verify(tmp_path, verify_params(good, good["peagle"], functional=False,
+                                                    vllm_python=vllm_python))
+    c = checks(result)
+    assert rc == 0, [(n, x.message) for n, x in c.items() if not x.passed]
+    assert c["vllm_eagle3_drafter"].value == "peagle"
+    sources = result.metrics["vllm_weight_sources"]
+    assert sources["source"] == f"vllm {vllm_version}"
+    assert sources["checkpoint"]["mask_hidden"] == ["mask_hidden"]
+    assert len(sources["checkpoint"]) == 12 and sources["initial"] == []
+    assert sources["target"] == ["model.embed_tokens.weight"]
+    bare = tmp_path / "no-mask"
+    shutil.copytree(good["peagle"], bare)
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(bare / "model.safetensors"))
+    del tensors["mask_hidden"]
+    save_file(tensors, str(bare / "model.safetensors"), metadata={"format": "pt"})
+    rc, result = run_verify(tmp_path, verify_params(good, bare, functional=False,
+                                                    vllm_python=vllm_python))
+    w = checks(result)["vllm_weights"]
+    assert rc == 1 and not w.passed
+    assert "mask_hidden at its initial value" in w.message
+    assert "mask_hidden not found in weights" in w.message  # vLLM's own refusal

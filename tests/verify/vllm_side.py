@@ -15,7 +15,12 @@ loads ``pipeline/vllm/probe.py`` by path too (and through it ``pipeline/vllm/dra
    on the inputs the test sends: the verifier's aux states, tokens and positions of a
    sequence; then the same rows with one draft row appended (the given draft token at the
    next position, reading the last row's pre-norm output): attention over all rows is
-   what vLLM's cached step computes.
+   what vLLM's cached step computes;
+5. for a P-EAGLE export (served with ``parallel_drafting``): the proposer's parallel
+   drafting forward, one pass over the same rows and ``k - 1`` rows that read vLLM's
+   mask token (the config's ``pard_token``) and the projected ``mask_hidden``
+   (``combine_hidden_states(mask_hidden)``, as the proposer computes it at load), at the
+   next positions.
 
 Writes ``OUT_DIR/answer.json`` and ``OUT_DIR/outputs.safetensors``.
 """
@@ -52,6 +57,8 @@ def main(request_path: str, out_dir: str) -> int:
         "draft_vocab_size": getattr(hf, "draft_vocab_size", None),
         "aux_layer_ids": drafter["aux_ids"](config),
         "norm_before_residual": bool(getattr(hf, "norm_before_residual", False)),
+        "parallel_drafting": bool(getattr(spec, "parallel_drafting", False)),
+        "pard_token": getattr(hf, "pard_token", None),
         "target_layers": config.model_config.get_total_num_hidden_layers(),
         "target_model_type": config.model_config.hf_text_config.model_type}
 
@@ -64,8 +71,11 @@ def main(request_path: str, out_dir: str) -> int:
         get_model_loader(config.load_config).load_weights(model, spec.draft_model_config)
     answer["has_own_embed_tokens"] = bool(getattr(model, "has_own_embed_tokens", False))
     answer["has_own_lm_head"] = bool(getattr(model, "has_own_lm_head", False))
-    answer["loaded"] = _compare_with_file(model, load_file(_weights(request["drafter"])),
-                                          request["layer_prefix"])
+    tensors = load_file(_weights(request["drafter"]))
+    answer["loaded"] = _compare_with_file(model, tensors, request["layer_prefix"])
+    if hasattr(model, "mask_hidden"):  # a buffer, copied by load_weights, not a parameter
+        want = tensors["mask_hidden"].float().view(1, -1)
+        answer["mask_hidden"] = float((model.mask_hidden.float() - want).abs().max())
 
     params = dict(model.named_parameters())
     if not answer["has_own_embed_tokens"]:
@@ -89,6 +99,18 @@ def main(request_path: str, out_dir: str) -> int:
         hidden2 = torch.cat([hidden, prenorm[-1:]])
         normed2, prenorm2 = model(ids2, pos2, hidden2)
         outputs.update(_outputs(model, "draft", hidden2[-1:], normed2[-1:], prenorm2[-1:]))
+        if answer["configs"]["parallel_drafting"]:
+            # the proposer: mask rows read pard_token and combine_hidden_states(mask_hidden)
+            extra = spec.num_speculative_tokens - 1
+            mask = model.combine_hidden_states(model.mask_hidden.view(-1))
+            ids3 = torch.cat([ids, torch.full((extra,), int(hf.pard_token),
+                                              dtype=ids.dtype)])
+            pos3 = torch.arange(pos[0], pos[0] + len(ids3), dtype=pos.dtype)
+            hidden3 = torch.cat([hidden, mask.expand(extra, -1)])
+            normed3, prenorm3 = model(ids3, pos3, hidden3)
+            rows = extra + 1  # the bonus row and the mask rows: one draft each
+            outputs.update(_outputs(model, "parallel", hidden3[-rows:], normed3[-rows:],
+                                    prenorm3[-rows:]))
     save_file({k: v.contiguous() for k, v in outputs.items()},
               os.path.join(out_dir, "outputs.safetensors"))
     answer["seconds"] = round(time.perf_counter() - t0, 1)
