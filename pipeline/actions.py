@@ -104,7 +104,15 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
                          # the share of answers equal to plain greedy decoding's
                          "acceptance_length_c*", "acceptance_rate_c*",
                          "acceptance_per_position_c*", "num_drafts_c*", "outputs_equal_c*",
-                         "outputs_equal", "outputs_compared"),
+                         "outputs_equal", "outputs_compared",
+                         # over repeated trials: the speedup's median, largest and spread
+                         # (speedup_c* is the smallest trial's), and the latencies' tails
+                         "speedup_median_c*", "speedup_max_c*", "speedup_spread_c*",
+                         "ttft_p99_ms_c*", "itl_p50_ms_c*", "itl_p99_ms_c*",
+                         "baseline_ttft_p99_ms_c*", "baseline_itl_p50_ms_c*",
+                         "baseline_itl_p99_ms_c*", "trials", "min_seconds",
+                         "spread_tolerance", "unstable_levels", "mean_output_tokens",
+                         "output_len"),
 }
 
 
@@ -149,9 +157,13 @@ def gate_problem(action: str, key: str) -> str | None:
     declared = ACTION_METRICS[action]
     # numbered patterns are offered with a number: speedup_c* -> speedup_c1
     known = [p.replace("*", "1") if p.endswith(("_c*", "pos*")) else p for p in declared]
-    close = difflib.get_close_matches(metric, known, n=1, cutoff=0.6)
+    # whole keys against whole keys: the metric keys with the prefix written, and the keys
+    # of their own form that this action's gate takes (min_servd_speedup is one letter from
+    # min_served_speedup, not from min_speedup)
     prefix = key[: len(key) - len(metric)]
-    rest = f" (did you mean {prefix + close[0]!r}?)" if close else \
+    keys = [prefix + k for k in known] + list(SERVED_KEYS if action == SERVED_ACTION else ())
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    rest = f" (did you mean {close[0]!r}?)" if close else \
         f"; a gate takes min_METRIC or max_METRIC of: {', '.join(declared)}"
     return f"{action} reports no metric {metric!r}{rest}"
 
