@@ -157,13 +157,15 @@ def gate_problem(action: str, key: str) -> str | None:
     declared = ACTION_METRICS[action]
     # numbered patterns are offered with a number: speedup_c* -> speedup_c1
     known = [p.replace("*", "1") if p.endswith(("_c*", "pos*")) else p for p in declared]
-    # whole keys against whole keys: the metric keys with the prefix written, and the keys
-    # of their own form that this action's gate takes (min_servd_speedup is one letter from
-    # min_served_speedup, not from min_speedup)
+    # every key this action's gate takes, by the name it holds: the metrics with the
+    # prefix written, and the keys of their own form (served_speedup is min_served_speedup,
+    # so min_servd_speedup is one letter from it, not from min_speedup)
     prefix = key[: len(key) - len(metric)]
-    keys = [prefix + k for k in known] + list(SERVED_KEYS if action == SERVED_ACTION else ())
-    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
-    rest = f" (did you mean {close[0]!r}?)" if close else \
+    keys = {name: prefix + name for name in known}
+    if action == SERVED_ACTION:
+        keys.update({gate_metric(k)[0]: k for k in SERVED_KEYS})
+    close = difflib.get_close_matches(metric, list(keys), n=1, cutoff=0.6)
+    rest = f" (did you mean {keys[close[0]]!r}?)" if close else \
         f"; a gate takes min_METRIC or max_METRIC of: {', '.join(declared)}"
     return f"{action} reports no metric {metric!r}{rest}"
 

@@ -29,6 +29,8 @@ model class lacks ``SupportsEagle3``, found by the engine core when it loads the
 ``--fake-diverge-after N`` (a lossy engine: from the Nth generated token on, the words are
 not the ones plain decoding gives),
 ``--fake-ignore-term`` (only SIGKILL stops it), ``--fake-engines N`` (per-engine labels).
+``--fake-v1-runner`` (with a speculation schedule, log vLLM's switch to piecewise CUDA
+graphs, as its V1 model runner does),
 ``--fake-slow-after N`` (steps take ``--fake-slow-factor`` times longer for every request
 after the first N: a server that slows down between two trials).
 ``--fake-natural-len``: an answer ends by itself (``finish_reason: stop``) at a length drawn
@@ -80,6 +82,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--reasoning-parser", default=None)
     s.add_argument("--trust-remote-code", action="store_true")
     s.add_argument("--gpu-memory-utilization", type=float, default=None)
+    s.add_argument("--kv-cache-memory-bytes", type=int, default=None)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--fake-step-ms", type=float, default=2.0)
     s.add_argument("--fake-draft-cost", type=float, default=0.25)
@@ -98,6 +101,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--fake-diverge-after", type=int, default=None)
     s.add_argument("--fake-natural-len", action="store_true")
     s.add_argument("--fake-slow-after", type=int, default=None)
+    s.add_argument("--fake-v1-runner", action="store_true")
     s.add_argument("--fake-slow-factor", type=float, default=4.0)
     return parser.parse_args(argv)
 
@@ -449,7 +453,14 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log("INFO", "api_server.py:1", f"vLLM API server version {VERSION}")
     log("INFO", "utils.py:1", f"non-default args: model={args.model!r}, port={args.port}, "
-                              f"speculative_config={args.speculative_config}")
+                              f"speculative_config={args.speculative_config}, "
+                              f"kv_cache_memory_bytes={args.kv_cache_memory_bytes}")
+    if args.fake_v1_runner and (args.speculative_config or {}).get(
+            "num_speculative_tokens_per_batch_size"):
+        log("WARNING", "vllm.py:829", "Dynamic speculative decoding changes the target "
+            "verification length at runtime. Overriding cudagraph_mode from "
+            "FULL_AND_PIECEWISE to PIECEWISE for reliability. Use VLLM_USE_V2_MODEL_RUNNER=1 "
+            "if you want to use full CUDA graphs.")
     spec = args.speculative_config or {}
     if spec and args.fake_eagle3_types and spec.get("method") == "eagle3":
         allowed = [t.strip() for t in args.fake_eagle3_types.split(",") if t.strip()]
