@@ -78,7 +78,7 @@ def serve(name: str, w, port: int, *, speculative: bool = True, extra: tuple = (
              "health_timeout": 30, "stop_grace": 3,
              "extra_args": ["--fake-step-ms", "3", *extra], **params}
     if speculative:
-        with_.update(draft=str(w.draft), num_speculative_tokens=3)
+        with_ = {"draft": str(w.draft), "num_speculative_tokens": 3, **with_}
     else:
         with_["speculative"] = False
     stage = {"name": name, "host": "gpu", "action": "eagle3.serve", "with": with_}
