@@ -267,7 +267,12 @@ def make_handler(engine: Engine, ready: threading.Event):
                 with record_lock, open(args.fake_record, "a") as fh:
                     fh.write(json.dumps({"path": self.path, "body": body}) + "\n")
             if self.path == "/v1/chat/completions":
-                messages = body.get("messages") or []
+                # content as text parts ([{"type": "text", "text": ...}], as vllm bench
+                # serve sends it) renders to the same prompt as the plain string
+                messages = [{**m, "content": "".join(
+                    part.get("text", "") for part in m["content"] if isinstance(part, dict))}
+                    if isinstance(m, dict) and isinstance(m.get("content"), list) else m
+                    for m in body.get("messages") or []]
                 prompt = json.dumps(messages)
                 chat = True
             elif self.path == "/v1/completions":
