@@ -192,6 +192,10 @@ def _cell(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _pair(r: dict[str, Any], key: str, spec: str = ".2f") -> str:
+    return f"{_cell(r[key], spec)}/{_cell(r['vllm_' + key], spec)}"
+
+
 def render(rows: list[dict[str, Any]], tolerance: float) -> str:
     head = ["c", "server", "requests", "tok/s ours", "vLLM", "diff", "TPOT p50 ours",
             "vLLM", "diff", "ITL p50 ours/vLLM", "ITL p99 ours/vLLM", "TTFT p50 ours/vLLM",
@@ -205,8 +209,6 @@ def render(rows: list[dict[str, Any]], tolerance: float) -> str:
         speedup = "-" if b is None else (
             f"{_cell(r['tok_s'] / b['tok_s'], '.2f')}x/"
             f"{_cell(r['vllm_tok_s'] / b['vllm_tok_s'], '.2f')}x")
-        pair = lambda k, spec=".2f": (f"{_cell(r[k], spec)}/"  # noqa: E731
-                                      f"{_cell(r['vllm_' + k], spec)}")
         verdict = "ok" if not r["over"] else "> {:.0%}: {}".format(tolerance,
                                                                   ", ".join(r["over"]))
         body.append([str(r["concurrency"]), r["server"], f"{r['requests']}/{r['vllm_requests']}",
@@ -216,8 +218,8 @@ def render(rows: list[dict[str, Any]], tolerance: float) -> str:
                      _cell(r["tpot_p50"], ".3f"), _cell(r["vllm_tpot_p50"], ".3f"),
                      _cell(None if r["tpot_p50_diff"] is None else 100 * r["tpot_p50_diff"],
                            "+.1f") + "%",
-                     pair("itl_p50"), pair("itl_p99"), pair("ttft_p50"), pair("ttft_p99"),
-                     pair("tau", ".3f"), speedup, verdict])
+                     *(_pair(r, k) for k in ("itl_p50", "itl_p99", "ttft_p50", "ttft_p99")),
+                     _pair(r, "tau", ".3f"), speedup, verdict])
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
     line = lambda cells: " | ".join(c.rjust(w) for c, w in zip(cells, widths,  # noqa: E731
                                                                  strict=True))
