@@ -100,6 +100,7 @@ phase_b() {  # start the served run detached (or find it running), follow it up 
   else
     copy_specs
     stamp "phase b: harness run, detached (resume: finished stages are skipped)"
+    : >"$WORK/b.log"
     setsid nohup bash -c 'python3 -m harness -s h200 run "$1"; echo "rc=$?" >"$2"' _ \
       "$WORK/eagle3-h200.yaml" "$WORK/b.rc" >>"$WORK/b.log" 2>&1 </dev/null &
     pid=$!

@@ -8,6 +8,14 @@ harness streams stdout into the store); waits for ``/health`` and ``/v1/models``
 (:mod:`pipeline.vllm.service`). The harness stops it when the pipeline run ends, unless the
 stage says ``keep: true``.
 
+``num_speculative_tokens_per_batch_size`` (a list of ``[start, end, k]``, or the file a
+benchmark sweep wrote) serves vLLM's dynamic speculation: it is checked by vLLM's rules
+here (:mod:`pipeline.vllm.schedule`), put into ``--speculative-config``, and k defaults to
+its largest entry. ``kv_cache_memory_bytes`` fixes the KV cache instead of letting vLLM
+size it from the free memory it profiles. ``wait: false`` starts the server and ends
+without waiting for it (``ready: false`` in its record), so several servers load at once;
+the harness waits for it before the first stage that needs it (:mod:`pipeline.vllm.ready`).
+
 It refuses to start on a port that something already listens on, since a health check
 would then pass against the wrong server. When the server dies during start or never
 becomes healthy, the action fails with the server's own error line (e.g. vLLM's eagle3
