@@ -39,7 +39,7 @@ from pipeline.errors import ActionError
 from pipeline.vllm import schedule as sched
 from pipeline.vllm.metrics import SpecDelta
 
-__all__ = ["Server", "conclude"]
+__all__ = ["Server", "conclude", "read_sweep"]
 
 
 @dataclass(frozen=True)
@@ -256,13 +256,18 @@ def _write_schedule(result: StageResult, found: dict[str, dict[int, LevelVerdict
               for ch in choices), flush=True)
 
 
-def _against_sweep(result: StageResult, found: dict[int, LevelVerdict], path: Path) -> None:
-    """The candidate (a schedule, say) against the best fixed k the sweep measured."""
+def read_sweep(path: Path) -> dict[int, dict[str, Any]]:
+    """A sweep's schedule file, per concurrency (read before anything is measured)."""
     try:
         doc = json.loads(path.read_text())
-        levels = {int(x["concurrency"]): x for x in doc["levels"]}
+        return {int(x["concurrency"]): x for x in doc["levels"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ActionError(f"cannot read the sweep's file: {exc}", where=str(path)) from None
+
+
+def _against_sweep(result: StageResult, found: dict[int, LevelVerdict], path: Path) -> None:
+    """The candidate (a schedule, say) against the best fixed k the sweep measured."""
+    levels = read_sweep(path)
     rows = []
     for c, v in found.items():
         sweep = levels.get(c)

@@ -61,7 +61,7 @@ from pathlib import Path
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
 from pipeline.eagle3.bench_prompts import load_prompts, request_bodies
 from pipeline.eagle3.bench_report import fmt
-from pipeline.eagle3.bench_results import Server, conclude
+from pipeline.eagle3.bench_results import Server, conclude, read_sweep
 from pipeline.eagle3.bench_trials import BASELINE, DEFAULT_TOLERANCE
 from pipeline.eagle3.load_levels import Interrupted, Level, run_level
 from pipeline.errors import ActionError
@@ -247,6 +247,8 @@ def _check_args(args: argparse.Namespace) -> None:
                           f"({', '.join(args.url)}), got {chosen!r}")
     if (chosen is not None or args.schedule_out is not None) and not args.baseline_url:
         raise ActionError("a schedule is chosen by speedup over plain: give baseline_url")
+    if args.sweep is not None:
+        read_sweep(args.sweep)  # a bad file fails now, not after the measuring
 
 
 def run(args: argparse.Namespace) -> StageResult:

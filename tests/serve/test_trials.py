@@ -222,6 +222,7 @@ def test_several_candidates_share_one_baseline_and_the_sweep_writes_a_schedule(
     (["--schedule-out", "s.json"], "a schedule is chosen by speedup over plain: give "
                                    "baseline_url"),
     (["--schedule-from", '["k9"]'], "schedule_from must list candidate names of `url`"),
+    (["--sweep", "missing.json"], "missing.json: cannot read the sweep's file"),
 ])
 def test_bad_trial_settings_fail_in_one_line(tmp_path: Path, fake_server, args: list[str],
                                              message: str) -> None:
