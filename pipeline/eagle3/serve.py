@@ -37,17 +37,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
 from pipeline.errors import ActionError
 from pipeline.served_gates import SERVE_K
 from pipeline.vllm import schedule as sched
-from pipeline.vllm.ready import LogPump, NotReady, log_notes, wait_ready
+from pipeline.vllm.ready import LogPump, NotReady, log_notes, settle, wait_ready
 from pipeline.vllm.server import (
     byte_size,
     command_arg,
-    error_line,
     json_value,
     port_in_use,
     port_owner,
@@ -224,7 +222,7 @@ def run(args: argparse.Namespace) -> StageResult:
             if args.wait:
                 model = wait_ready(url, exited, pump, args.health_timeout)
             else:
-                _started(exited, pump)
+                settle(exited, pump)
         except NotReady as exc:
             reason = str(exc)
             raise ActionError(reason, where=str(pump.path), hint=_hint(reason)) from None
@@ -276,20 +274,6 @@ def run(args: argparse.Namespace) -> StageResult:
     result.summary = (f"serving {model} at {url} ({how}), pid {record.pid}, up in "
                       f"{startup:.1f}s; {life}" + "".join(f"; {n}" for n in notes))
     return result
-
-
-def _started(exited: Any, pump: LogPump, settle: float = 1.0) -> None:
-    """``wait: false``: only see that the server did not die at once (a bad argument, a
-    missing executable's shell error), for ``settle`` seconds."""
-    deadline = time.monotonic() + settle
-    while time.monotonic() < deadline:
-        pump.pump()
-        how = exited()
-        if how is not None:
-            pump.pump(final=True)
-            reason = error_line(pump.lines) or "(the log is empty)"
-            raise NotReady(f"the server {how} during start: {reason}")
-        time.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ from pipeline.vllm.schedule import PIECEWISE_OVERRIDE
 from pipeline.vllm.server import error_line, startup_phases
 from pipeline.vllm.service import group_members, process_start_time, stop_group
 
-__all__ = ["LogPump", "NotReady", "log_notes", "main", "poll_once", "wait_ready"]
+__all__ = ["LogPump", "NotReady", "log_notes", "main", "poll_once", "settle", "wait_ready"]
 
 
 class NotReady(Exception):
@@ -129,6 +129,18 @@ def wait_ready(url: str, exited: Callable[[], str | None], pump: LogPump,
         if time.monotonic() >= deadline:
             raise NotReady(_late_reason(pump, timeout, last))
         time.sleep(0.25)
+
+
+def settle(exited: Callable[[], str | None], pump: LogPump, seconds: float = 1.0) -> None:
+    """For a server not waited for (``wait: false``): only see that it does not die at once
+    (a bad argument, a missing executable), for ``seconds``; :class:`NotReady` if it does."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pump.pump()
+        how = exited()
+        if how is not None:
+            raise NotReady(_dead_reason(pump, how))
+        time.sleep(0.1)
 
 
 def _gone(pid: int, pgid: int, start_time: str | None) -> Callable[[], str | None]:
