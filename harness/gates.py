@@ -10,8 +10,10 @@ Each line and each blocked reason that uses the metric carries its note, so a ga
 on a projection says so.
 
 Two keys hold served numbers (:mod:`pipeline.served_gates`): ``min_served_speedup: {at: 1,
-min: 1.3}`` holds the benchmark's ``speedup_c1``, one item per level, and a level the
-benchmark did not measure fails by name; ``max_served_tau_gap: 0.1`` holds how far the
+min: 1.3}`` holds the benchmark's ``speedup_c1`` (over repeated trials, the smallest
+trial's: each line says which figure it holds), one item per level; a level the benchmark
+did not measure fails by name, and one whose trials spread past the benchmark's tolerance
+fails as unstable, undecided; ``max_served_tau_gap: 0.1`` holds how far the
 served τ (``acceptance_length``) lies from the offline one (``offline_acceptance_length``,
 which the runner adds from the verify stage upstream), and its line names both.
 """
@@ -73,6 +75,8 @@ class GateItem:
         sign = "≥" if self.op == ">=" else "≤"
         if self.metric == "served_tau_gap":
             return f"served τ within {_pct(self.limit)} of offline τ ({self.line})"
+        if self.says:
+            return self.says
         measured = "missing" if self.value is None else f"measured {_fmt(self.value)}"
         if self.value is None and self.missing:
             measured += f": {self.missing}"
@@ -140,13 +144,18 @@ def gate_items(gate: dict[str, Any], metrics: dict[str, Any]) -> list[GateItem]:
 
 
 def served_speedup_items(threshold: Any, metrics: dict[str, Any]) -> list[GateItem]:
-    """``{at: 1, min: 1.3}`` (or a list): one item per level, holding ``speedup_c<at>``."""
+    """``{at: 1, min: 1.3}`` (or a list): one item per level, holding ``speedup_c<at>``,
+    which a benchmark of repeated trials reports as the smallest trial's speedup. A level
+    whose trials spread more than the benchmark's ``spread_tolerance`` is unstable: its item
+    fails and says so instead of deciding on a figure that would flip on noise."""
     try:
         levels = served_levels(threshold)
     except ValueError as exc:  # a stored row from a hand-made gate: say so, never raise
         return [GateItem(SERVED_SPEEDUP, "served_speedup", ">=", 0.0, None, False,
                          missing=f"the gate's form is wrong ({exc})")]
     measured = measured_levels(metrics)
+    figure = metrics.get("speedup_figure")
+    tolerance = metrics.get("spread_tolerance")
     out = []
     for at, least in levels:
         value = metrics.get(f"speedup_c{at}")
@@ -159,6 +168,19 @@ def served_speedup_items(threshold: Any, metrics: dict[str, Any]) -> list[GateIt
                             + (f"it measured c={', '.join(map(str, measured))}"
                                if measured else "it measured no level")
                             + f"); add {at} to its `concurrency`")
+            out.append(item)
+            continue
+        spread = metrics.get(f"speedup_spread_c{at}")
+        if isinstance(figure, str) and figure:
+            item.note = figure + (f", spread {spread:.0%}" if _is_number(spread) else "")
+        if _is_number(spread) and _is_number(tolerance) and spread > tolerance:
+            low, high = value, metrics.get(f"speedup_max_c{at}")
+            span = f" ({_fmt(low)}-{_fmt(high)}x)" if _is_number(high) else ""
+            item.passed = False
+            item.says = (f"served_speedup c={at} unstable: its trials spread {spread:.0%}"
+                         f"{span}, over the {tolerance:.0%} tolerance, so the gate does "
+                         f"not decide on it (>= {_fmt(least)} wanted): run more trials or "
+                         "longer levels (`trials`, `min_seconds`)")
         out.append(item)
     return out
 

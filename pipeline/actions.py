@@ -106,7 +106,15 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
                          # the share of answers equal to plain greedy decoding's
                          "acceptance_length_c*", "acceptance_rate_c*",
                          "acceptance_per_position_c*", "num_drafts_c*", "outputs_equal_c*",
-                         "outputs_equal", "outputs_compared"),
+                         "outputs_equal", "outputs_compared",
+                         # over repeated trials: the speedup's median, largest and spread
+                         # (speedup_c* is the smallest trial's), and the latencies' tails
+                         "speedup_median_c*", "speedup_max_c*", "speedup_spread_c*",
+                         "ttft_p99_ms_c*", "itl_p50_ms_c*", "itl_p99_ms_c*",
+                         "baseline_ttft_p99_ms_c*", "baseline_itl_p50_ms_c*",
+                         "baseline_itl_p99_ms_c*", "trials", "min_seconds",
+                         "spread_tolerance", "unstable_levels", "mean_output_tokens",
+                         "output_len"),
 }
 
 
@@ -151,9 +159,15 @@ def gate_problem(action: str, key: str) -> str | None:
     declared = ACTION_METRICS[action]
     # numbered patterns are offered with a number: speedup_c* -> speedup_c1
     known = [p.replace("*", "1") if p.endswith(("_c*", "pos*")) else p for p in declared]
-    close = difflib.get_close_matches(metric, known, n=1, cutoff=0.6)
+    # every key this action's gate takes, by the name it holds: the metrics with the
+    # prefix written, and the keys of their own form (served_speedup is min_served_speedup,
+    # so min_servd_speedup is one letter from it, not from min_speedup)
     prefix = key[: len(key) - len(metric)]
-    rest = f" (did you mean {prefix + close[0]!r}?)" if close else \
+    keys = {name: prefix + name for name in known}
+    if action == SERVED_ACTION:
+        keys.update({gate_metric(k)[0]: k for k in SERVED_KEYS})
+    close = difflib.get_close_matches(metric, list(keys), n=1, cutoff=0.6)
+    rest = f" (did you mean {keys[close[0]]!r}?)" if close else \
         f"; a gate takes min_METRIC or max_METRIC of: {', '.join(declared)}"
     return f"{action} reports no metric {metric!r}{rest}"
 

@@ -60,6 +60,7 @@ SERVED_SPEEDUP = "min_served_speedup"
 TAU_GAP = "max_served_tau_gap"
 SERVED_KEYS = (SERVED_SPEEDUP, TAU_GAP)
 SERVED_ACTION = "eagle3.benchmark"
+SCHEDULE = "num_speculative_tokens_per_batch_size"
 DEFAULT_TAU_GAP = 0.10
 
 # Metrics of the reference loop (and the names they had before) that no gate may hold.
@@ -243,13 +244,21 @@ def offline_pair(stages: Sequence[Stage], bench: Stage) -> OfflinePair:
                 f"{'several' if paired else 'no'} eagle3.verify stages upstream measured "
                 f"the served checkpoint ({names}): name one, {{max: {tolerance:g}, "
                 "verify: STAGE}"))
-    ks = [s.params.get("num_speculative_tokens", SERVE_K) for s in matching(chosen) or serves]
+    # a serve stage with a speculation schedule drafts a k that changes with the batch
+    ks = [None if SCHEDULE in s.params else s.params.get("num_speculative_tokens", SERVE_K)
+          for s in matching(chosen) or serves]
     verify_k = chosen.params.get("k", VERIFY_K)
     if ks and verify_k not in ks:
         if not explicit:
             return OfflinePair(None, None)
+        drafts = "/".join(map(str, sorted({k for k in ks if k is not None})))
+        what = (f"{drafts} tokens" if drafts else "") + (
+            (" or " if drafts else "") + "a k per batch size (a schedule)" if None in ks
+            else "")
         return OfflinePair(None, tolerance, problem=(
-            f"{chosen.name} measures τ at k={verify_k}, the served drafter drafts "
-            f"{'/'.join(map(str, sorted(set(ks))))} tokens: the τ are not comparable "
-            "(verify with the same k)"))
+            f"{chosen.name} measures τ at k={verify_k}, the served drafter drafts {what}: "
+            "the τ are not comparable (verify with the same k)"))
+    if not explicit and isinstance(bench.params.get("url"), dict):
+        # several candidates: which one's τ to hold is for the gate to say
+        return OfflinePair(None, None)
     return OfflinePair(chosen, tolerance, implied=not explicit)

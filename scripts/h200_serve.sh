@@ -3,29 +3,70 @@
 # sabotaged variant blocked by its served numbers. Logs and JSON go to $OUT as they come.
 #
 # On the device, after the two unpack calls (../shared/tools/vllm-h200/README.md), from a
-# copy of the project (the device's ten-minute limit per command splits the run in two;
-# the second call is a resume that skips every finished stage):
+# copy of the project. The device ends a command after ten minutes and kills what it leaves
+# running, except a new process session; and it keeps a machine only 30 s after a call.
+# So phase b starts `harness run` in a session of its own and follows its log for at most
+# $BUDGET seconds (default 560); `b` again (within 30 s) follows the same run on, and once it
+# has ended collects the results. Each line is one device call:
 #
 #   export PYTHONPATH=/tmp/vsite VLLM_USE_FLASHINFER_SAMPLER=0
-#   bash scripts/h200_serve.sh a     # verifier .. verify                 (~6 min)
-#   bash scripts/h200_serve.sh b     # resume: serve x2, benchmark         (~5 min)
-#   bash scripts/h200_serve.sh s     # the sabotaged drafter, served       (~4 min)
-#   bash scripts/h200_serve.sh all   # a, b and s in one go (no time limit)
+#   bash scripts/h200_serve.sh a    # verifier .. verify                           ~540 s
+#   bash scripts/h200_serve.sh b    # served, started detached, followed          <=560 s
+#   bash scripts/h200_serve.sh b    # followed on (again while it says "still running")
+#   bash scripts/h200_serve.sh s    # the sabotaged drafter, served                ~250 s
+#
+# Phase b, in seconds (estimates from the 2026-12-02/04 runs: a vLLM start is ~100 s alone,
+# mostly Python imports; six at once on 16 cores, assumed ~180 s):
+#   start plain + k=1,2,3,5 (+ P-EAGLE) together, wait for all          ~180
+#   sweep: 1 trial x 4 levels x 5 servers x ~5 s (4 s, whole passes)     ~110  (+20 P-EAGLE)
+#   start the schedule server                                            ~100
+#   benchmark: 3 trials x 4 levels x 2 servers x ~21 s                   ~510
+#   reference: 4 levels x 2 servers x (ours + vLLM's) x ~10.5 s, + import ~200
+#   stop every server                                                     ~15
+#   total                                                               ~1115  (2 calls + 1)
+# To spend less, SET overrides keys of the copied spec before a fresh run, e.g.
+#   SET='sweep.with.min_seconds=3 reference.run=' bash scripts/h200_serve.sh b
+# (`stage.with.key=value` as YAML; an empty `reference.run=` drops that stage.)
 #
 # The run directory and the store live under $WORK (default /tmp/h200-serve), outside the
-# copy, which the device replaces on every call; a warm machine keeps /tmp.
+# copy, which the device replaces on every call; a warm machine keeps /tmp. A machine given
+# back loses both: `a` then starts over.
 set -uo pipefail
 PHASE=${1:-all}
 OUT=${OUT:-/tmp/h200-serve-out}
 WORK=${WORK:-/tmp/h200-serve}
+BUDGET=${BUDGET:-560}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$ROOT:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0
-export HARNESS_DB="$WORK/state.db"
-# the examples' run directory is relative to the spec: keep the specs beside the runs
-cp "$ROOT"/examples/eagle3-h200.yaml "$ROOT"/examples/eagle3-h200-sabotaged.yaml "$WORK/"
+export HARNESS_DB="$WORK/state.db" HARNESS_REPO="$ROOT"
+RUNS="$WORK/runs/eagle3-h200"
 harness() { python3 -m harness "$@"; }
 stamp() { echo "[$(date +%T)] $*"; }
+
+copy_specs() {  # the examples' run directory is relative to the spec: keep them beside it
+  cp "$ROOT"/examples/eagle3-h200.yaml "$ROOT"/examples/eagle3-h200-sabotaged.yaml "$WORK/"
+  [ -n "${SET:-}" ] || return 0
+  python3 - "$WORK/eagle3-h200.yaml" ${SET} <<'PY'
+import sys, yaml
+path, *sets = sys.argv[1:]
+doc = yaml.safe_load(open(path))
+stages = {s["name"]: s for s in doc["stages"]}
+for item in sets:
+    key, _, value = item.partition("=")
+    name, *field = key.split(".")
+    if field == ["run"] and value == "":
+        doc["stages"] = [s for s in doc["stages"] if s["name"] != name]
+        print(f"SET: stage {name} dropped")
+        continue
+    target = stages[name]
+    for part in field[:-1]:
+        target = target.setdefault(part, {})
+    target[field[-1]] = yaml.safe_load(value)
+    print(f"SET: {key} = {target[field[-1]]!r}")
+yaml.safe_dump(doc, open(path, "w"), sort_keys=False)
+PY
+}
 
 gpu_procs() {
   stamp "GPU processes (nvidia-smi --query-compute-apps):"
@@ -33,27 +74,54 @@ gpu_procs() {
   stamp "server processes left: $(pgrep -fc 'vllm.entrypoints' || true)"
 }
 
-collect() {  # $1: a name; the stage results, server logs and bench.json, in one archive
-  ( cd "$WORK" && find runs -path '*/.harness/*' \( -name '*.json' -o -name '*.log' \) \
-      -size -8M -print0 | tar -czf "$OUT/$1-runs.tar.gz" --null -T - ) 2>/dev/null
+collect() {  # $1: a name; the stage results, server logs, bench.json, the schedule and the
+  # reference comparison, in one archive
+  ( cd "$WORK" && { find runs -path '*/.harness/*' \( -name '*.json' -o -name '*.log' \) \
+      -size -8M -print0; find runs -maxdepth 3 \( -name schedule.json -o -path \
+      '*/reference/*' \) -size -8M -print0; } | tar -czf "$OUT/$1-runs.tar.gz" --null -T - \
+  ) 2>/dev/null
+  for f in "$RUNS/schedule.json" "$RUNS/reference/reference.json"; do
+    [ -f "$f" ] && cp "$f" "$OUT/$1-$(basename "$f")"
+  done
 }
 
 phase_a() {
+  copy_specs
   stamp "phase a: harness run --until verify"
   harness -s h200 run --until verify "$WORK/eagle3-h200.yaml" 2>&1 | tee "$OUT/a.log"
   stamp "rc=${PIPESTATUS[0]}"
 }
 
-phase_b() {
-  stamp "phase b: harness run (resume: finished stages are skipped)"
-  harness -s h200 run "$WORK/eagle3-h200.yaml" 2>&1 | tee "$OUT/b.log"
-  stamp "rc=${PIPESTATUS[0]}"
+phase_b() {  # start the served run detached (or find it running), follow it up to $BUDGET s
+  local pid=""
+  [ -f "$WORK/b.pid" ] && pid=$(cat "$WORK/b.pid")
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    stamp "phase b: following the served run already going (pid $pid)"
+  else
+    copy_specs
+    stamp "phase b: harness run, detached (resume: finished stages are skipped)"
+    : >"$WORK/b.log"
+    setsid nohup bash -c 'python3 -m harness -s h200 run "$1"; echo "rc=$?" >"$2"' _ \
+      "$WORK/eagle3-h200.yaml" "$WORK/b.rc" >>"$WORK/b.log" 2>&1 </dev/null &
+    pid=$!
+    echo "$pid" >"$WORK/b.pid"
+    rm -f "$WORK/b.rc"
+  fi
+  # the whole log so far, then what it adds, until the run ends or the budget is spent
+  timeout "$BUDGET" tail -n +1 -f --pid="$pid" "$WORK/b.log" | tee "$OUT/b.log"
+  if kill -0 "$pid" 2>/dev/null; then
+    stamp "still running (harness run pid $pid): call 'bash scripts/h200_serve.sh b' again" \
+      "within 30 s" | tee -a "$OUT/b.log"
+    return 0
+  fi
+  stamp "$(cat "$WORK/b.rc" 2>/dev/null || echo 'rc unknown')" | tee -a "$OUT/b.log"
   sleep 3; gpu_procs 2>&1 | tee -a "$OUT/b.log"
   { harness -s h200 status; harness -s h200 verifications --json; } >"$OUT/b-status.txt" 2>&1
   collect b
 }
 
 phase_s() {
+  copy_specs
   stamp "phase s: the sabotaged drafter, in the same run directory"
   harness -s h200-sabotaged run "$WORK/eagle3-h200-sabotaged.yaml" 2>&1 | tee "$OUT/s.log"
   stamp "rc=${PIPESTATUS[0]}"
@@ -67,6 +135,6 @@ case "$PHASE" in
   a) phase_a ;;
   b) phase_b ;;
   s) phase_s ;;
-  all) phase_a; phase_b; phase_s ;;
+  all) phase_a; BUDGET=100000 phase_b; phase_s ;;
   *) echo "usage: $0 a|b|s|all" >&2; exit 2 ;;
 esac

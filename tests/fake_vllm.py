@@ -29,6 +29,13 @@ model class lacks ``SupportsEagle3``, found by the engine core when it loads the
 ``--fake-diverge-after N`` (a lossy engine: from the Nth generated token on, the words are
 not the ones plain decoding gives),
 ``--fake-ignore-term`` (only SIGKILL stops it), ``--fake-engines N`` (per-engine labels).
+``--fake-v1-runner`` (with a speculation schedule, log vLLM's switch to piecewise CUDA
+graphs, as its V1 model runner does),
+``--fake-slow-after N`` (steps take ``--fake-slow-factor`` times longer for every request
+after the first N: a server that slows down between two trials).
+``--fake-natural-len``: an answer ends by itself (``finish_reason: stop``) at a length drawn
+from its prompt, unless the request says ``ignore_eos``; without it every answer runs to
+``max_tokens``.
 
 Standard library only: it must start on any host the tests reach.
 """
@@ -41,6 +48,7 @@ import json
 import os
 import random
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -74,6 +82,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--reasoning-parser", default=None)
     s.add_argument("--trust-remote-code", action="store_true")
     s.add_argument("--gpu-memory-utilization", type=float, default=None)
+    s.add_argument("--kv-cache-memory-bytes", type=int, default=None)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--fake-step-ms", type=float, default=2.0)
     s.add_argument("--fake-draft-cost", type=float, default=0.25)
@@ -90,6 +99,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--fake-engines", type=int, default=1)
     s.add_argument("--fake-record", default=None)
     s.add_argument("--fake-diverge-after", type=int, default=None)
+    s.add_argument("--fake-natural-len", action="store_true")
+    s.add_argument("--fake-slow-after", type=int, default=None)
+    s.add_argument("--fake-v1-runner", action="store_true")
+    s.add_argument("--fake-slow-factor", type=float, default=4.0)
     return parser.parse_args(argv)
 
 
@@ -116,6 +129,7 @@ class Engine:
                              "per_pos": [0] * self.k, "generation": 0, "prompt": 0,
                              "requests": 0} for e in self.engines}
         self.running = 0
+        self.started = 0   # requests begun, over the server's life
         # vLLM serves every --served-model-name and labels its metrics with the first
         self.served_names = list(args.served_model_name or [args.model])
         self.served_name = self.served_names[0]
@@ -126,6 +140,9 @@ class Engine:
         step_s = self.args.fake_step_ms / 1000.0
         if self.k:
             step_s *= 1 + self.args.fake_draft_cost * self.k
+        slow = self.args.fake_slow_after
+        if slow is not None and self.started > slow:
+            step_s *= self.args.fake_slow_factor
         left = max_tokens
         while left > 0:
             time.sleep(step_s)
@@ -198,6 +215,13 @@ def make_handler(engine: Engine, ready: threading.Event):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        def setup(self) -> None:
+            super().setup()
+            # Every event leaves at once, as from vLLM's server (asyncio sets TCP_NODELAY):
+            # with Nagle's algorithm a small event waits for the client's delayed ACK
+            # (40 ms), which both clients would then measure as the server's time.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def log_message(self, format: str, *a: object) -> None:
             pass  # vLLM logs requests at INFO; the tests need a quiet log
 
@@ -243,7 +267,12 @@ def make_handler(engine: Engine, ready: threading.Event):
                 with record_lock, open(args.fake_record, "a") as fh:
                     fh.write(json.dumps({"path": self.path, "body": body}) + "\n")
             if self.path == "/v1/chat/completions":
-                messages = body.get("messages") or []
+                # content as text parts ([{"type": "text", "text": ...}], as vllm bench
+                # serve sends it) renders to the same prompt as the plain string
+                messages = [{**m, "content": "".join(
+                    part.get("text", "") for part in m["content"] if isinstance(part, dict))}
+                    if isinstance(m, dict) and isinstance(m.get("content"), list) else m
+                    for m in body.get("messages") or []]
                 prompt = json.dumps(messages)
                 chat = True
             elif self.path == "/v1/completions":
@@ -261,6 +290,10 @@ def make_handler(engine: Engine, ready: threading.Event):
         def _generate(self, body: dict, prompt: str, chat: bool) -> None:
             max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
             key = hashlib.sha256(prompt.encode()).hexdigest()
+            length, finish = max_tokens, "length"
+            if args.fake_natural_len and not body.get("ignore_eos"):
+                # the answer ends by itself (an end-of-turn token) at a length of its own
+                length, finish = min(max_tokens, 1 + int(key[:8], 16) % max_tokens), "stop"
             e = engine.engines[int(key, 16) % len(engine.engines)]
             kwargs = body.get("chat_template_kwargs") or {}
             thinking = chat and bool(args.reasoning_parser) and \
@@ -271,6 +304,7 @@ def make_handler(engine: Engine, ready: threading.Event):
             with engine.lock:
                 engine.counters[e]["prompt"] += prompt_tokens
                 engine.running += 1
+                engine.started += 1
             pieces: list[tuple[str, str]] = []  # (field, text) per step
             n = 0
             try:
@@ -280,34 +314,36 @@ def make_handler(engine: Engine, ready: threading.Event):
                     self.send_header("Content-Type", "text/event-stream")
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
-                    if chat:
-                        self._event({"object": "chat.completion.chunk", "model": model,
-                                     "choices": [{"index": 0, "delta": {
-                                         "role": "assistant", "content": ""},
-                                         "finish_reason": None}]})
                 diverge = args.fake_diverge_after
-                for emitted in engine.steps(key, max_tokens, e):
+                for emitted in engine.steps(key, length, e):
                     ids = [(n + i) % 97 if diverge is None or n + i < diverge else
                            (n + i + 1) % 97 for i in range(emitted)]
                     words = [f"w{t}" for t in ids]
                     field = "reasoning_content" if n < think_tokens else "content"
                     text = "".join(" " + w for w in words)
-                    n += emitted
+                    first, n = n == 0, n + emitted
                     pieces.append((field, text))
-                    if stream:
-                        if chat:
-                            choice = {"index": 0, "delta": {field: text}, "finish_reason": None}
-                        else:
-                            choice = {"index": 0, "text": text, "finish_reason": None}
-                        if body.get("return_token_ids"):
-                            choice["token_ids"] = ids
-                        self._event({"model": model, "choices": [choice]})
+                    if not stream:
+                        continue
+                    if first and chat:
+                        # vLLM sends the role once the first step's output is there, in
+                        # the same iteration as that output
+                        self._event({"object": "chat.completion.chunk", "model": model,
+                                     "choices": [{"index": 0, "delta": {
+                                         "role": "assistant", "content": ""},
+                                         "finish_reason": None}]})
+                    # the last text carries the finish reason, as vLLM sends it
+                    done = finish if n >= length else None
+                    if chat:
+                        choice = {"index": 0, "delta": {field: text}, "finish_reason": done}
+                    else:
+                        choice = {"index": 0, "text": text, "finish_reason": done}
+                    if body.get("return_token_ids"):
+                        choice["token_ids"] = ids
+                    self._event({"model": model, "choices": [choice]})
                 usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
                          "total_tokens": prompt_tokens + n}
                 if stream:
-                    last = {"index": 0, "finish_reason": "length"}
-                    last.update({"delta": {}} if chat else {"text": ""})
-                    self._event({"model": model, "choices": [last]})
                     if (body.get("stream_options") or {}).get("include_usage"):
                         self._event({"model": model, "choices": [], "usage": usage})
                     self._chunk(b"data: [DONE]\n\n")
@@ -316,11 +352,11 @@ def make_handler(engine: Engine, ready: threading.Event):
                     content = "".join(t for f, t in pieces if f == "content")
                     reasoning = "".join(t for f, t in pieces if f != "content") or None
                     if chat:
-                        choice = {"index": 0, "finish_reason": "length", "message": {
+                        choice = {"index": 0, "finish_reason": finish, "message": {
                             "role": "assistant", "content": content,
                             "reasoning_content": reasoning}}
                     else:
-                        choice = {"index": 0, "finish_reason": "length", "text": content}
+                        choice = {"index": 0, "finish_reason": finish, "text": content}
                     self._json(200, {"model": model, "choices": [choice], "usage": usage})
                 with engine.lock:
                     engine.counters[e]["requests"] += 1
@@ -422,7 +458,14 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log("INFO", "api_server.py:1", f"vLLM API server version {VERSION}")
     log("INFO", "utils.py:1", f"non-default args: model={args.model!r}, port={args.port}, "
-                              f"speculative_config={args.speculative_config}")
+                              f"speculative_config={args.speculative_config}, "
+                              f"kv_cache_memory_bytes={args.kv_cache_memory_bytes}")
+    if args.fake_v1_runner and (args.speculative_config or {}).get(
+            "num_speculative_tokens_per_batch_size"):
+        log("WARNING", "vllm.py:829", "Dynamic speculative decoding changes the target "
+            "verification length at runtime. Overriding cudagraph_mode from "
+            "FULL_AND_PIECEWISE to PIECEWISE for reliability. Use VLLM_USE_V2_MODEL_RUNNER=1 "
+            "if you want to use full CUDA graphs.")
     spec = args.speculative_config or {}
     if spec and args.fake_eagle3_types and spec.get("method") == "eagle3":
         allowed = [t.strip() for t in args.fake_eagle3_types.split(",") if t.strip()]

@@ -24,6 +24,7 @@ from harness.runner.evidence import checks_failed_alone, judge, record_verificat
 from harness.runner.logs import LOG_FLUSH_BYTES, LOG_FLUSH_SECONDS, Chunk, LogReader
 from harness.runner.offline import offline_context, with_gap
 from harness.runner.ownership import RUNNER, job_key
+from harness.runner.pending import await_servers
 from harness.runner.series import SeriesReader, unfinished_line
 from pipeline.actions import StageResult
 from pipeline.errors import ExecutorError, HostUnreachable, JobError, PipelineError
@@ -88,6 +89,12 @@ class Supervisor:
     def attempt(self, stage: Stage, host: HostSpec, todo: int, run: RunState) -> Outcome:
         """Start the run's job on ``host`` and watch it to its end."""
         key = run.job["key"] if run.job else job_key(self.store, run.id)
+        # servers that serve stages upstream started without waiting must answer first
+        why = await_servers(self.store, self.sid, self.spec, stage, executor=self.executor,
+                            code=self._code, out=self.out)
+        if why:
+            return self.end(stage, todo, run.id, "failed", None,
+                            f"needs a server that did not start: {why}")
         try:
             ex = self.executor(host)
             # HARNESS_PYTHON: the host's interpreter (the one built-in actions use), so a

@@ -1,16 +1,12 @@
-"""What a served benchmark concludes per concurrency: the outputs compared, and one table.
+"""What a served benchmark compares per concurrency: the answers of two servers.
 
 :func:`compare_outputs` holds the speculative server's answers against the baseline's for
 the same requests. At temperature 0 speculative decoding is lossless by construction: the
 verifier accepts a drafted token only where it is the verifier's own greedy choice, so
 every answer must equal plain greedy decoding's, token for token. A difference means the
 engine feeds the drafter or the verifier differently (or a batch's kernels round
-differently, which is why each concurrency is reported on its own).
-
-:func:`level_rows` gives, per concurrency, the served figures side by side (plain and
-speculative output tokens/s and TPOT, the speedup, served τ and per-position acceptance
-from the ``/metrics`` deltas of that level alone, the outputs compared), and
-:func:`render_table` prints them as one table. Standard library only.
+differently, which is why each concurrency is reported on its own). The tables are
+:mod:`.bench_tables`'. Standard library only.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ from typing import Any
 from pipeline.eagle3.load_levels import Level
 from pipeline.vllm.openai_client import StreamTiming
 
-__all__ = ["OutputComparison", "compare_outputs", "fmt", "level_rows", "render_table"]
+__all__ = ["OutputComparison", "compare_outputs", "fmt"]
 
 
 @dataclass
@@ -37,6 +33,12 @@ class OutputComparison:
     @property
     def share(self) -> float | None:
         return round(self.equal / self.compared, 4) if self.compared else None
+
+    def merged(self, other: OutputComparison) -> OutputComparison:
+        """This comparison and another of the same level (another trial's)."""
+        return OutputComparison(self.concurrency, self.compared + other.compared,
+                                self.equal + other.equal, self.by_tokens + other.by_tokens,
+                                self.first_difference or other.first_difference)
 
     def to_json(self) -> dict[str, Any]:
         return {"concurrency": self.concurrency, "compared": self.compared,
@@ -86,51 +88,3 @@ def fmt(x: float | None, spec: str = ".0f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def level_rows(levels: list[Level], comparisons: dict[int, OutputComparison]
-               ) -> list[dict[str, Any]]:
-    """One row per concurrency, in the order measured."""
-    by = {(lv.role, lv.concurrency): lv for lv in levels}
-    rows = []
-    for c in dict.fromkeys(lv.concurrency for lv in levels):
-        spec, base = by.get(("spec", c)), by.get(("baseline", c))
-        row: dict[str, Any] = {"concurrency": c}
-        for lv, side in ((base, "plain"), (spec, "spec")):
-            s = lv.summary() if lv is not None and not lv.interrupted else None
-            row[f"{side}_tok_s"] = s["output_throughput"] if s else None
-            row[f"{side}_tpot_ms"] = s["tpot_ms"]["p50"] if s else None
-        row["speedup"] = (round(row["spec_tok_s"] / row["plain_tok_s"], 4)
-                          if row["spec_tok_s"] and row["plain_tok_s"] else None)
-        delta = spec.spec if spec is not None else None
-        present = delta is not None and delta.present
-        row["tau"] = round(delta.acceptance_length, 4) if present and \
-            delta.acceptance_length is not None else None  # type: ignore[union-attr]
-        row["per_position"] = [round(x, 4) for x in delta.acceptance_per_position] \
-            if present else []  # type: ignore[union-attr]
-        cmp_ = comparisons.get(c)
-        row["outputs_equal"] = cmp_.equal if cmp_ else None
-        row["outputs_compared"] = cmp_.compared if cmp_ else None
-        rows.append(row)
-    return rows
-
-
-def render_table(rows: list[dict[str, Any]]) -> str:
-    """The served figures, one line per concurrency (TPOT: p50 of the requests)."""
-    head = ["c", "plain tok/s", "spec tok/s", "speedup", "plain TPOT ms", "spec TPOT ms",
-            "served τ", "per position", "outputs = plain"]
-    body = []
-    for r in rows:
-        per = "/".join(f"{x:.3f}" for x in r["per_position"]) or "-"
-        same = "-" if r["outputs_compared"] is None else \
-            f"{r['outputs_equal']}/{r['outputs_compared']}"
-        body.append([str(r["concurrency"]), fmt(r["plain_tok_s"], ".0f"),
-                     fmt(r["spec_tok_s"], ".0f"),
-                     "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
-                     fmt(r["plain_tpot_ms"], ".2f"), fmt(r["spec_tpot_ms"], ".2f"),
-                     fmt(r["tau"], ".3f"), per, same])
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
-              for i, h in enumerate(head)]
-    line = lambda cells: " | ".join(  # noqa: E731
-        c.rjust(w) if i != 7 else c.ljust(w) for i, (c, w) in
-        enumerate(zip(cells, widths, strict=True)))
-    sep = "-+-".join("-" * w for w in widths)
-    return "\n".join([line(head), sep, *(line(b) for b in body)])

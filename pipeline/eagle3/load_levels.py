@@ -1,10 +1,13 @@
 """One server at one concurrency: the requests in flight, their timings, and the summary.
 
-:func:`run_level` sends ``level.requests`` streaming requests (OpenAI chat or completions,
-:mod:`pipeline.vllm.openai_client`), ``level.concurrency`` at a time, and records each one's
-timing into its :class:`Level`; :meth:`Level.summary` gives throughput and TTFT/TPOT/latency
-percentiles. :mod:`.benchmark` runs a level per server and concurrency. Standard library
-only.
+:func:`run_level` sends streaming requests (OpenAI chat or completions,
+:mod:`pipeline.vllm.openai_client`), ``level.concurrency`` at a time, cycling the prompt
+set, and records each one's timing into its :class:`Level`; :meth:`Level.summary` gives
+throughput and TTFT/TPOT/ITL/latency percentiles. A level measures something only when it
+lasts: it sends at least ``level.requests`` requests and keeps sending until
+``min_seconds`` have passed, then finishes the pass over the prompt set it is in, so every
+server at a level answers each prompt equally often. :mod:`.benchmark` runs a level per
+server, concurrency and trial. Standard library only.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class Level:
     duration: float = 0.0
     spec: SpecDelta | None = None
     interrupted: bool = False
+    trial: int = 1
 
     @property
     def ok(self) -> list[StreamTiming]:
@@ -71,7 +75,8 @@ class Level:
         errors = list(dict.fromkeys(r.error or "?" for r in self.failed))[:3]
         return {
             "role": self.role, "url": self.url, "concurrency": self.concurrency,
-            "requests": self.requests, "completed": len(ok), "failed": len(self.failed),
+            "trial": self.trial, "requests": len(self.records), "completed": len(ok),
+            "failed": len(self.failed),
             "interrupted": self.interrupted, "errors": errors,
             "duration_s": round(self.duration, 4), "output_tokens": self.output_tokens,
             "output_throughput": None if self.throughput is None else round(self.throughput, 3),
@@ -80,6 +85,7 @@ class Level:
             "usage_reported": all(r.usage_reported for r in ok) if ok else None,
             "ttft_ms": ms([r.ttft for r in ok if r.ttft is not None]),
             "tpot_ms": ms([r.tpot for r in ok if r.tpot is not None]),
+            "itl_ms": ms([gap for r in ok for gap in r.itl]),
             "latency_ms": ms([r.latency for r in ok if r.latency is not None]),
             "spec_decode": self.spec.to_json() if self.spec is not None else None,
         }
@@ -92,8 +98,10 @@ class Interrupted(Exception):
 
 
 def run_level(level: Level, bodies: list[tuple[str, dict[str, Any]]], *, timeout: float,
-              api_key: str | None) -> None:
-    """``level.requests`` requests, ``level.concurrency`` at a time, prompts in order.
+              api_key: str | None, min_seconds: float = 0.0) -> None:
+    """At least ``level.requests`` requests, ``level.concurrency`` at a time, prompts in
+    order and cycled; with ``min_seconds``, more until that long has passed and the pass
+    over the prompts is whole (no request starts after that; those in flight finish).
 
     Worker threads do the HTTP; the main thread only waits, in short slices, so a signal
     (SIGTERM, Ctrl-C) reaches it at once. Then no new request starts, and the level keeps
@@ -103,11 +111,18 @@ def run_level(level: Level, bodies: list[tuple[str, dict[str, Any]]], *, timeout
     next_index = [0]
     stop = threading.Event()
 
+    def wanted(i: int) -> bool:
+        if i < level.requests:
+            return True
+        if min_seconds <= 0:
+            return False
+        return time.perf_counter() - started < min_seconds or i % len(bodies) != 0
+
     def worker() -> None:
         while not stop.is_set():
             with lock:
                 i = next_index[0]
-                if i >= level.requests:
+                if not wanted(i):
                     return
                 next_index[0] += 1
             path, body = bodies[i % len(bodies)]
@@ -115,8 +130,8 @@ def run_level(level: Level, bodies: list[tuple[str, dict[str, Any]]], *, timeout
             with lock:
                 level.records.append((i, timing))
 
-    threads = [threading.Thread(target=worker, daemon=True)
-               for _ in range(min(level.concurrency, level.requests))]
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(
+        level.concurrency if min_seconds > 0 else min(level.concurrency, level.requests))]
     started = time.perf_counter()
     for t in threads:
         t.start()

@@ -8,6 +8,14 @@ harness streams stdout into the store); waits for ``/health`` and ``/v1/models``
 (:mod:`pipeline.vllm.service`). The harness stops it when the pipeline run ends, unless the
 stage says ``keep: true``.
 
+``num_speculative_tokens_per_batch_size`` (a list of ``[start, end, k]``, or the file a
+benchmark sweep wrote) serves vLLM's dynamic speculation: it is checked by vLLM's rules
+here (:mod:`pipeline.vllm.schedule`), put into ``--speculative-config``, and k defaults to
+its largest entry. ``kv_cache_memory_bytes`` fixes the KV cache instead of letting vLLM
+size it from the free memory it profiles. ``wait: false`` starts the server and ends
+without waiting for it (``ready: false`` in its record), so several servers load at once;
+the harness waits for it before the first stage that needs it (:mod:`pipeline.vllm.ready`).
+
 It refuses to start on a port that something already listens on, since a health check
 would then pass against the wrong server. When the server dies during start or never
 becomes healthy, the action fails with the server's own error line (e.g. vLLM's eagle3
@@ -26,6 +34,7 @@ Run as ``python -m pipeline.eagle3.serve --target DIR [--draft DIR] [--port 8000
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -37,11 +46,12 @@ from pathlib import Path
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
 from pipeline.errors import ActionError
 from pipeline.served_gates import SERVE_K
+from pipeline.vllm import schedule as sched
 from pipeline.vllm.drafter import parallel_drafting
-from pipeline.vllm.openai_client import get
+from pipeline.vllm.ready import LogPump, NotReady, log_notes, settle, wait_ready
 from pipeline.vllm.server import (
+    byte_size,
     command_arg,
-    error_line,
     json_value,
     port_in_use,
     port_owner,
@@ -61,11 +71,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", help="drafter directory (the export stage's output)")
     add_bool_arg(p, "speculative", True, "serve with the drafter; --no-speculative serves "
                                          "the target alone (the baseline)")
-    p.add_argument("--num-speculative-tokens", type=int, default=SERVE_K)
+    p.add_argument("--num-speculative-tokens", type=int, default=None,
+                   help=f"k (default {SERVE_K}; with a schedule, its largest k)")
+    p.add_argument("--num-speculative-tokens-per-batch-size", default=None,
+                   help="vLLM's dynamic speculation schedule: a JSON list of [start, end, k] "
+                        "(k=0: no speculation for those batch sizes), or the path of a "
+                        "file holding one (a benchmark sweep's schedule_out)")
     p.add_argument("--draft-tensor-parallel-size", type=int, default=1)
     p.add_argument("--tensor-parallel-size", type=int, default=1)
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--gpu-memory-utilization", type=float)
+    p.add_argument("--kv-cache-memory-bytes", type=byte_size, default=None,
+                   help="KV cache size (bytes, or 4G, 512M): vLLM then skips sizing it from "
+                        "the free memory it profiles, so servers starting together on one "
+                        "GPU do not count each other's allocations")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--host", default="127.0.0.1",
                    help="address the server binds (0.0.0.0 to reach it from elsewhere)")
@@ -92,35 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log", type=Path, help="server log (default: server.log beside the "
                                             "result)")
     add_bool_arg(p, "keep", False, "leave the server running after the pipeline run ends")
+    add_bool_arg(p, "wait", True, "wait until the server answers; --no-wait starts it and "
+                                  "ends, so that several servers load at once: the first "
+                                  "stage that needs it waits, up to health_timeout")
     return p
-
-
-class _LogPump:
-    """Copies the server's log file to stdout as it grows; keeps its lines."""
-
-    def __init__(self, path: Path, offset: int = 0):
-        self.path = path
-        self.offset = offset
-        self.partial = b""
-        self.lines: list[str] = []
-
-    def pump(self, final: bool = False) -> None:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except OSError:
-            return
-        self.offset += len(data)
-        data = self.partial + data
-        *complete, self.partial = data.split(b"\n")
-        if final and self.partial:
-            complete.append(self.partial)
-            self.partial = b""
-        for raw in complete:
-            line = raw.decode("utf-8", "replace").rstrip("\r")
-            self.lines.append(line)
-            print(line, flush=True)
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -145,12 +139,35 @@ def _hint(reason: str) -> str:
     return "the server's whole log is in the file named above"
 
 
+def _speculation(args: argparse.Namespace) -> tuple[int, sched.Schedule | None]:
+    """k, and the schedule when one is given: read and checked here, so a schedule vLLM
+    would refuse fails in a second, not after the engine's start."""
+    if args.num_speculative_tokens_per_batch_size is None:
+        return (SERVE_K if args.num_speculative_tokens is None
+                else args.num_speculative_tokens), None
+    if not args.speculative:
+        raise ActionError("a speculation schedule needs `speculative: true` and a `draft`")
+    try:
+        schedule = sched.load(str(args.num_speculative_tokens_per_batch_size), Path.cwd())
+    except sched.ScheduleError as exc:
+        raise ActionError(str(exc), where="num_speculative_tokens_per_batch_size") from None
+    need = sched.needed_k(schedule)
+    k = need if args.num_speculative_tokens is None else args.num_speculative_tokens
+    if k < need:
+        raise ActionError(f"num_speculative_tokens {k} is below the schedule's largest k "
+                          f"{need}: vLLM would cap every range at {k}",
+                          hint="leave num_speculative_tokens out (it follows the schedule) "
+                               f"or raise it to {need}")
+    return k, schedule
+
+
 def run(args: argparse.Namespace) -> StageResult:
     result = StageResult(action=ACTION)
     speculative = bool(args.speculative)
     if speculative and not args.draft:
         raise ActionError("speculative serving needs `draft` (the drafter directory)",
                           hint="for a baseline without speculation set `speculative: false`")
+    k, schedule = _speculation(args)
     for host in dict.fromkeys([args.host or "0.0.0.0", "127.0.0.1"]):
         if port_in_use(args.port, host):
             owner = port_owner(args.port)
@@ -161,15 +178,18 @@ def run(args: argparse.Namespace) -> StageResult:
     # a relative directory would read as a model id ("export/drafter") once it leaves here
     local = lambda p: str(Path(p).resolve()) if p and Path(p).is_dir() else p  # noqa: E731
     parallel = speculative and _parallel(args)
+    extra = dict(args.speculative_config or {})
+    if schedule is not None:
+        extra[sched.KEY] = [list(e) for e in schedule]
     argv = serve_argv(
         args.command, local(args.target), port=args.port, host=args.host,
-        draft=local(args.draft) if speculative else None,
-        num_speculative_tokens=args.num_speculative_tokens,
+        draft=local(args.draft) if speculative else None, num_speculative_tokens=k,
         draft_tensor_parallel_size=args.draft_tensor_parallel_size,
         tensor_parallel_size=args.tensor_parallel_size, max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         served_model_name=args.served_model_name, reasoning_parser=args.reasoning_parser,
-        trust_remote_code=args.trust_remote_code, speculative_config=args.speculative_config,
+        trust_remote_code=args.trust_remote_code, speculative_config=extra or None,
         method=args.method, extra_args=args.extra_args, parallel_drafting=parallel)
     log_path = (args.log or ((args.result.parent if args.result else Path.cwd())
                              / "server.log")).resolve()
@@ -181,10 +201,11 @@ def run(args: argparse.Namespace) -> StageResult:
     # here on it raises, and whatever was started is stopped below.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     proc: subprocess.Popen[bytes] | None = None
-    pump: _LogPump | None = None
+    pump: LogPump | None = None
     leader_start: str | None = None
     ready = False
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
+    model: str | None = None
     try:
         start_at = log_path.stat().st_size if log_path.exists() else 0
         with open(log_path, "ab") as log_fh:
@@ -200,9 +221,21 @@ def run(args: argparse.Namespace) -> StageResult:
         # start_new_session: the server leads its own session and process group
         leader_start = process_start_time(proc.pid)
         record = ServiceRecord(url=url, pid=proc.pid, pgid=proc.pid, start_time=leader_start,
-                               port=args.port, log=str(log_path), keep=bool(args.keep))
-        pump = _LogPump(log_path, start_at)
-        model, health = _wait_ready(proc, url, pump, args.health_timeout)
+                               port=args.port, log=str(log_path), keep=bool(args.keep),
+                               ready=bool(args.wait), started_at=round(started_at, 3),
+                               health_timeout=args.health_timeout,
+                               stop_grace=args.stop_grace)
+        pump = LogPump(log_path, start_at, echo=lambda line: print(line, flush=True))
+        exited = lambda: None if proc.poll() is None else \
+            f"exited with code {proc.returncode}"  # noqa: E731
+        try:
+            if args.wait:
+                model = wait_ready(url, exited, pump, args.health_timeout)
+            else:
+                settle(exited, pump)
+        except NotReady as exc:
+            reason = str(exc)
+            raise ActionError(reason, where=str(pump.path), hint=_hint(reason)) from None
         ready = True
     except KeyboardInterrupt:
         raise ActionError("interrupted while the server was starting; it was stopped") \
@@ -217,25 +250,41 @@ def run(args: argparse.Namespace) -> StageResult:
             print(f"server process group {proc.pid}: {how}", flush=True)
     startup = time.monotonic() - started
     pump.pump()  # type: ignore[union-attr]  # set whenever ready
+    lines = pump.lines  # type: ignore[union-attr]
+    method = "P-EAGLE, parallel drafting" if parallel else "EAGLE-3"
+    how = ("no speculation" if not speculative else
+           f"{method}, schedule {json.dumps(schedule)} (k up to {k})" if schedule else
+           f"{method}, k={k}")
     result.metrics = {
-        "service": record.to_json(), "url": url, "model": model,
-        "startup_s": round(startup, 3), "speculative": speculative,
-        "num_speculative_tokens": args.num_speculative_tokens if speculative else 0,
+        "service": record.to_json(), "url": url, "speculative": speculative,
+        "num_speculative_tokens": k if speculative else 0,
         "parallel_drafting": parallel,
         "tensor_parallel_size": args.tensor_parallel_size,
-        "command": shlex.join(argv),
-        # what vLLM's own log says the start cost (model load, torch.compile, CUDA graphs)
-        "startup_phases": startup_phases(pump.lines),  # type: ignore[union-attr]
+        "command": shlex.join(argv), "waited": bool(args.wait),
     }
-    result.check("server_healthy", True, value=round(startup, 1), expected=f"< "
-                 f"{args.health_timeout:g}s", message=f"{url}/health answered {health}")
-    result.check("model_listed", True, value=model, message="/v1/models lists it")
+    if schedule is not None:
+        result.metrics[sched.KEY] = [list(e) for e in schedule]
     life = "kept after the pipeline run (keep: true)" if args.keep else \
         "stopped when the pipeline run ends"
-    how = (f"{'P-EAGLE, parallel drafting' if parallel else 'EAGLE-3'}, "
-           f"k={args.num_speculative_tokens}" if speculative else "no speculation")
+    if not args.wait:
+        result.check("server_started", True, value=proc.pid,  # type: ignore[union-attr]
+                     message="running; not waited for")
+        result.summary = (f"started at {url} ({how}), pid {record.pid}, not waited for: the "
+                          f"first stage that needs it waits up to {args.health_timeout:g}s "
+                          f"from its start for /health; {life}")
+        return result
+    notes = log_notes(lines)
+    result.metrics.update({
+        "model": model, "startup_s": round(startup, 3),
+        # what vLLM's own log says the start cost (model load, torch.compile, CUDA graphs)
+        "startup_phases": startup_phases(lines)})
+    if notes:
+        result.metrics["server_notes"] = notes
+    result.check("server_healthy", True, value=round(startup, 1), expected=f"< "
+                 f"{args.health_timeout:g}s", message=f"{url}/health answered")
+    result.check("model_listed", True, value=model, message="/v1/models lists it")
     result.summary = (f"serving {model} at {url} ({how}), pid {record.pid}, up in "
-                      f"{startup:.1f}s; {life}")
+                      f"{startup:.1f}s; {life}" + "".join(f"; {n}" for n in notes))
     return result
 
 
@@ -260,44 +309,6 @@ def _parallel(args: argparse.Namespace) -> bool:
                           where=str(draft / "config.json"),
                           hint="train it with `method: peagle`, or drop `parallel_drafting`")
     return trained
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, pump: _LogPump,
-                timeout: float) -> tuple[str, int]:
-    """Poll until /health and /v1/models answer; raise ActionError with the log's reason."""
-    deadline = time.monotonic() + timeout
-    last = "no answer yet"
-    while True:
-        pump.pump()
-        code = proc.poll()
-        if code is not None:
-            pump.pump(final=True)
-            reason = error_line(pump.lines) or "(the log is empty)"
-            raise ActionError(f"the server exited with code {code} during start: {reason}",
-                              where=str(pump.path), hint=_hint(reason))
-        health = get(f"{url}/health", timeout=2.0)
-        if health.ok:
-            models = get(f"{url}/v1/models", timeout=5.0)
-            if models.ok:
-                try:
-                    ids = [m["id"] for m in models.json().get("data") or []]
-                except (ValueError, TypeError, KeyError, AttributeError):
-                    ids = []
-                if ids:
-                    return str(ids[0]), health.status or 200
-                last = "/v1/models lists no model"
-            else:
-                last = f"/v1/models: {models.describe()}"
-        else:
-            last = f"/health: {health.describe()}"
-        if time.monotonic() >= deadline:
-            pump.pump(final=True)
-            tail = next((ln.strip() for ln in reversed(pump.lines) if ln.strip()), "(empty)")
-            raise ActionError(f"the server did not become healthy within {timeout:g}s "
-                              f"(last {last}); its last log line: {tail}",
-                              where=str(pump.path),
-                              hint="raise `health_timeout` if it is only slow to load")
-        time.sleep(0.25)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,13 +6,17 @@ One :class:`StreamTiming` per request records what a serving benchmark needs:
 
 - ``ttft``: seconds from sending the request to the first generated text (content or
   reasoning) arriving;
-- ``latency``: seconds until the stream ended;
+- ``latency``: seconds until the stream's last data event (the usage chunk, before
+  ``[DONE]``), where ``vllm bench serve`` ends it too;
 - ``output_tokens``: the server's own ``usage.completion_tokens`` (asked for with
   ``stream_options.include_usage``), else the number of chunks that carried text. With
   speculative decoding one chunk often carries several tokens, so the fallback undercounts;
   ``usage_reported`` says which one was used.
 - ``tpot``: ``(latency - ttft) / (output_tokens - 1)``, the mean time per output token after
   the first, as vLLM's own benchmark defines it;
+- ``itl``: the inter-token latencies as ``vllm bench serve`` takes them: the gaps between
+  successive stream chunks that carry a choice, from the first one with text on (with
+  speculation one chunk carries several tokens, so these are per chunk, not per token);
 - ``output``: the generated text (reasoning first, then content) and ``token_ids``, the
   generated token ids when the server sends them (vLLM does for ``return_token_ids: true``),
   so that two servers' answers to the same greedy request can be compared.
@@ -30,7 +34,7 @@ import socket
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["HTTPAnswer", "StreamTiming", "get", "stream_request"]
@@ -119,6 +123,7 @@ class StreamTiming:
     finish_reason: str | None = None
     output: str = ""
     token_ids: list[int] | None = None
+    itl: list[float] = field(default_factory=list)
 
     @property
     def tpot(self) -> float | None:
@@ -165,6 +170,8 @@ def stream_request(base_url: str, path: str, body: Mapping[str, Any], *,
             timing.error = answer.describe()
             return timing
         done = False
+        last_event: float | None = None   # when the last data event arrived
+        last_chunk: float | None = None   # when the last chunk with a choice arrived
         while not done:
             raw = resp.readline()
             if not raw:
@@ -186,12 +193,15 @@ def stream_request(base_url: str, path: str, body: Mapping[str, Any], *,
                 timing.error = "server error: " + str(err.get("message") if isinstance(
                     err, dict) else err)[:300]
                 return timing
-            now = clock()
+            now = last_event = clock()
             usage = event.get("usage") if isinstance(event, dict) else None
             if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
                 timing.output_tokens = int(usage["completion_tokens"])
                 timing.usage_reported = True
-            for choice in event.get("choices") or []:
+            choices = event.get("choices") or []
+            if choices and timing.ttft is not None:
+                timing.itl.append(now - last_chunk)  # type: ignore[operator]
+            for choice in choices:
                 content, reasoning = _delta_text(choice)
                 if content or reasoning:
                     if timing.ttft is None:
@@ -209,7 +219,10 @@ def stream_request(base_url: str, path: str, body: Mapping[str, Any], *,
                                             and not isinstance(x, bool))
                 if choice.get("finish_reason"):
                     timing.finish_reason = choice["finish_reason"]
-        timing.latency = clock() - timing.started
+            if choices and timing.ttft is not None:
+                last_chunk = now
+        end = last_event if last_event is not None else clock()
+        timing.latency = end - timing.started
         timing.output = "".join(reasoning_parts) + "".join(content_parts)
         if not done:
             timing.error = "stream ended without [DONE]"

@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["command_arg", "error_line", "json_value", "port_in_use", "port_owner", "serve_argv",
-           "startup_phases"]
+__all__ = ["byte_size", "command_arg", "error_line", "json_value", "port_in_use", "port_owner",
+           "serve_argv", "startup_phases"]
 
 
 def command_arg(text: str) -> list[str]:
@@ -43,6 +43,26 @@ def command_arg(text: str) -> list[str]:
             raise argparse.ArgumentTypeError("command must be a non-empty list of strings")
         return value
     return [text]
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT]?)")
+
+
+def byte_size(text: str) -> int:
+    """``4294967296``, ``4G`` (GiB) or ``4.5g`` (10^9): a size in bytes, read as vLLM reads
+    ``--kv-cache-memory-bytes`` (upper-case suffixes are powers of 1024, lower-case of
+    1000)."""
+    m = _SIZE.fullmatch(str(text).strip())
+    if not m or (not m.group(2) and "." in m.group(1)):
+        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (e.g. 4294967296, "
+                                         "4G, 512M)")
+    number, suffix = float(m.group(1)), m.group(2)
+    scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+             "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
+    size = int(number * scale)
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"a size must be positive, got {text!r}")
+    return size
 
 
 def json_value(kind: type) -> Any:
@@ -61,6 +81,7 @@ def serve_argv(command: Sequence[str], target: str, *, port: int, host: str | No
                draft: str | None = None, num_speculative_tokens: int = 3,
                draft_tensor_parallel_size: int | None = 1, tensor_parallel_size: int = 1,
                max_model_len: int | None = None, gpu_memory_utilization: float | None = None,
+               kv_cache_memory_bytes: int | None = None,
                served_model_name: str | None = None, reasoning_parser: str | None = None,
                trust_remote_code: bool = False,
                speculative_config: Mapping[str, Any] | None = None,
@@ -78,6 +99,8 @@ def serve_argv(command: Sequence[str], target: str, *, port: int, host: str | No
         argv += ["--max-model-len", str(max_model_len)]
     if gpu_memory_utilization:
         argv += ["--gpu-memory-utilization", f"{gpu_memory_utilization:g}"]
+    if kv_cache_memory_bytes:
+        argv += ["--kv-cache-memory-bytes", str(int(kv_cache_memory_bytes))]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
     if reasoning_parser:

@@ -4,7 +4,12 @@ A serve stage starts a server (vLLM) in its own session, so the server's process
 outlives the stage's job, and reports it in its result as ``metrics.service``::
 
     {"url": "http://127.0.0.1:8000", "pid": 4242, "pgid": 4242, "start_time": "123456",
-     "port": 8000, "log": "/data/eagle3/.harness/runs/ab12-r3/server.log", "keep": false}
+     "port": 8000, "log": "/data/eagle3/.harness/runs/ab12-r3/server.log", "keep": false,
+     "ready": true}
+
+``ready: false`` is a server started without waiting for it (``wait: false``): it may still
+be loading, and ``started_at`` (the host's clock) plus ``health_timeout`` says until when
+the harness waits for it (:mod:`pipeline.vllm.ready`).
 
 The harness stops it when the pipeline run ends (unless ``keep``): TERM to the whole
 process group (vLLM's API server and its EngineCore/worker processes), then KILL after a
@@ -39,6 +44,12 @@ class ServiceRecord:
     port: int | None = None
     log: str | None = None
     keep: bool = False
+    # A server started without waiting (``wait: false``): the harness waits for it before
+    # the first stage that needs it, until ``started_at + health_timeout`` (host clock).
+    ready: bool = True
+    started_at: float | None = None
+    health_timeout: float | None = None
+    stop_grace: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,9 +62,17 @@ class ServiceRecord:
                        start_time=None if data.get("start_time") is None
                        else str(data["start_time"]),
                        port=None if data.get("port") is None else int(data["port"]),
-                       log=data.get("log"), keep=bool(data.get("keep", False)))
+                       log=data.get("log"), keep=bool(data.get("keep", False)),
+                       ready=bool(data.get("ready", True)),
+                       started_at=_float(data.get("started_at")),
+                       health_timeout=_float(data.get("health_timeout")),
+                       stop_grace=_float(data.get("stop_grace")))
         except (KeyError, TypeError, ValueError):
             return None
+
+
+def _float(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
 def _stat_fields(pid: int) -> list[str] | None:

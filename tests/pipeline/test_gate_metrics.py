@@ -90,3 +90,17 @@ def test_an_undeclared_number_fails_the_action_under_the_test_suite(tmp_path: Pa
     assert json.loads(result.read_text())["error"] == (
         "eagle3.vocab reported metrics not declared in pipeline/actions.py ACTION_METRICS: "
         "covrage")
+
+
+def test_a_misspelt_served_key_is_offered_the_served_key(tmp_path: Path) -> None:
+    """The suggestion compares whole keys: min_servd_speedup is one letter from
+    min_served_speedup, farther from min_speedup (which the metric names alone offered)."""
+    doc = yaml.safe_load((ROOT / "examples" / "eagle3-h200.yaml").read_text())
+    bench = next(s for s in doc["stages"] if s["name"] == "benchmark")
+    bench["gate"] = {"min_servd_speedup": {"at": 1, "min": 1.3}}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    r = run_cli(["check", str(path)])
+    assert r.code == 1 and "Traceback" not in r.err
+    assert "(benchmark).gate.min_servd_speedup: eagle3.benchmark reports no metric " \
+        "'servd_speedup' (did you mean 'min_served_speedup'?)" in r.err, r.err

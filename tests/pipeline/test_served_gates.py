@@ -154,3 +154,53 @@ def test_the_gate_judges_each_level_and_the_tau_gap_in_words() -> None:
                           {"acceptance_length": 3.0, "offline_problem": "stage verify has "
                            "no recorded verification"})
     assert not alone.passed and "stage verify has no recorded verification" in alone.line
+
+
+def test_the_gate_holds_the_smallest_trial_and_does_not_decide_an_unstable_level() -> None:
+    """A benchmark of three trials reports the smallest trial's speedup as speedup_c<N>;
+    the line says that is the figure held. A level whose trials spread past the tolerance
+    fails as unstable, whatever its figure, and says why instead of a verdict."""
+    metrics = {"speedup_c1": 1.52, "speedup_median_c1": 1.55, "speedup_max_c1": 1.58,
+               "speedup_spread_c1": 0.0387, "speedup_c64": 1.31, "speedup_median_c64": 1.5,
+               "speedup_max_c64": 1.62, "speedup_spread_c64": 0.2067, "trials": 3,
+               "spread_tolerance": 0.1, "speedup_figure": "the smallest of 3 trials"}
+    c1, c64 = gate_items({"min_served_speedup": [{"at": 1, "min": 1.3},
+                                                 {"at": 64, "min": 1.0}]}, metrics)
+    assert c1.passed and c1.value == 1.52
+    assert c1.line == ("served_speedup c=1 1.52 meets >= 1.3 (the smallest of 3 trials, "
+                       "spread 4%)")
+    assert not c64.passed
+    assert c64.line == ("served_speedup c=64 unstable: its trials spread 21% (1.31-1.62x), "
+                        "over the 10% tolerance, so the gate does not decide on it (>= 1 "
+                        "wanted): run more trials or longer levels (`trials`, "
+                        "`min_seconds`)")
+    assert c64.needs == c64.line  # the blocked todo's reason says the same
+    # below the threshold on the conservative figure, though the median passes
+    (low,) = gate_items({"min_served_speedup": {"at": 1, "min": 1.53}}, metrics)
+    assert not low.passed and low.needs == ("served_speedup c=1 ≥ 1.53 (measured 1.52; the "
+                                            "smallest of 3 trials, spread 4%)")
+    # a wider tolerance decides the same level
+    (wide,) = gate_items({"min_served_speedup": {"at": 64, "min": 1.0}},
+                         {**metrics, "spread_tolerance": 0.25})
+    assert wide.passed and wide.line.startswith("served_speedup c=64 1.31 meets >= 1")
+
+
+def test_a_schedule_or_several_candidates_are_not_paired_with_verify_unless_named(
+        tmp_path: Path) -> None:
+    stages = _stages({})
+    stages[1]["with"] = {"target": "verifier", "draft": "drafter",
+                         "num_speculative_tokens_per_batch_size": [[1, 8, 3], [9, 64, 1]]}
+    spec = parse_spec({"pipeline": "p", "stages": stages})
+    pair = offline_pair(spec.stages, spec.stage("benchmark"))
+    assert pair.verify is None and pair.problem is None  # k varies with the batch
+    stages[-1]["gate"] = {"max_served_tau_gap": 0.1}
+    r = _check(tmp_path, stages)
+    assert r.code == 1 and "the served drafter drafts a k per batch size (a schedule): the " \
+        "τ are not comparable" in r.err, r.err
+    several = _stages({})
+    several[-1]["with"]["url"] = {"k3": "http://127.0.0.1:8001", "k1": "http://h:8002"}
+    spec = parse_spec({"pipeline": "p", "stages": several})
+    assert offline_pair(spec.stages, spec.stage("benchmark")).verify is None
+    several[-1]["gate"] = {"max_served_tau_gap": 0.1}
+    spec = parse_spec({"pipeline": "p", "stages": several})
+    assert offline_pair(spec.stages, spec.stage("benchmark")).verify.name == "verify"

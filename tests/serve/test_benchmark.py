@@ -20,7 +20,11 @@ COMPLETION_PROMPTS = str(ROOT / "examples" / "prompts" / "completion.jsonl")
 
 
 def benchmark(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
+    """The action run as the runner runs it; one trial of exactly `requests` per level
+    unless the test says otherwise (the trials have tests of their own)."""
     result = tmp_path / "result.json"
+    args = (*args, *(() if "--trials" in args else ("--trials", "1")),
+            *(() if "--min-seconds" in args else ("--min-seconds", "0")))
     proc = subprocess.run([sys.executable, "-m", "pipeline.eagle3.benchmark", *args,
                            "--result", str(result)], capture_output=True, text=True,
                           cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
@@ -151,7 +155,7 @@ def test_each_level_has_its_served_figures_its_table_and_its_outputs_compared(
     spec_url, _ = fake_server("--fake-acceptance", "0.9,0.6,0.3", spec=SPEC)
     code, doc, out = benchmark(tmp_path, "--url", spec_url, "--baseline-url", base_url,
                                "--prompts", CHAT_PROMPTS, "--concurrency", "[1, 2]",
-                               "--max-tokens", "24", "--warmup", "0")
+                               "--max-tokens", "24", "--warmup", "0", "--requests", "17")
     assert code == 0, out
     m = doc["metrics"]
     # τ per level from that level's own counter deltas; together they are the total
@@ -175,7 +179,8 @@ def test_each_level_has_its_served_figures_its_table_and_its_outputs_compared(
     rows = {r["concurrency"]: r for r in m["served_table"]}
     assert rows[2]["speedup"] == pytest.approx(m["speedup_c2"], abs=1e-3)
     assert rows[1]["tau"] == m["acceptance_length_c1"]
-    assert rows[1]["plain_tpot_ms"] == m["baseline_tpot_p50_ms_c1"]
+    assert rows[1]["plain"]["tpot_p50_ms"][0] == m["baseline_tpot_p50_ms_c1"]
+    assert rows[1]["plain_tok_s"][0] == m["baseline_throughput_c1"]
     table = out[out.index("served (vLLM"):].splitlines()
     assert table[1].split("|")[0].strip() == "c" and "served τ" in table[1]
     assert [line.split("|")[0].strip() for line in table[3:5]] == ["1", "2"]
@@ -215,7 +220,8 @@ def test_held_out_prompts_are_picked_as_verify_picks_them(tmp_path: Path,
         + "\n")
     code, doc, out = benchmark(tmp_path, "--url", url, "--prompts", str(prompts),
                                "--exclude", str(samples), "--samples", "3",
-                               "--concurrency", "[1]", "--max-tokens", "4", "--warmup", "0")
+                               "--concurrency", "[1]", "--max-tokens", "4", "--warmup", "0",
+                               "--requests", "3")
     assert code == 0, out
     sent_texts = [r["body"]["messages"][0]["content"] for r in sent(record)]
     assert sent_texts == ["two", "three", "five"]  # b, c, f: not a, d (repeat), e (trained)

@@ -78,7 +78,7 @@ def serve(name: str, w, port: int, *, speculative: bool = True, extra: tuple = (
              "health_timeout": 30, "stop_grace": 3,
              "extra_args": ["--fake-step-ms", "3", *extra], **params}
     if speculative:
-        with_.update(draft=str(w.draft), num_speculative_tokens=3)
+        with_ = {"draft": str(w.draft), "num_speculative_tokens": 3, **with_}
     else:
         with_["speculative"] = False
     stage = {"name": name, "host": "gpu", "action": "eagle3.serve", "with": with_}
@@ -87,8 +87,10 @@ def serve(name: str, w, port: int, *, speculative: bool = True, extra: tuple = (
 
 def bench(w, needs: list[str], *, baseline: bool = True, gate: dict | None = None,
           **params) -> dict:
+    # one trial of one pass over the 17 prompts per level (trials: tests/serve/test_trials.py)
     with_ = {"url": f"http://127.0.0.1:{w.spec_port}", "prompts": CHAT_PROMPTS,
-             "concurrency": [1, 2], "max_tokens": 24, "warmup": 0, **params}
+             "concurrency": [1, 2], "max_tokens": 24, "warmup": 0, "trials": 1,
+             "min_seconds": 0, "requests": 17, **params}
     if baseline:
         with_["baseline_url"] = f"http://127.0.0.1:{w.base_port}"
     stage = {"name": "benchmark", "host": "local", "needs": needs,
@@ -340,7 +342,7 @@ def test_benchmark_interrupted_halfway_keeps_its_figures_and_stops_servers(
     r.run()
     reason = _blocked(store, r, "benchmark")
     assert "timed out after 4s; the job was cancelled" in reason
-    assert "the action said: interrupted during c=1 (spec) after " in reason
+    assert "the action said: interrupted during c=1 (spec, trial 1) after " in reason
     done = int(reason.split(" after ")[-1].split(" of ")[0])
     assert 0 < done < 40 and " of 40 requests" in reason
     result = runs_of(store, r.sid, "benchmark")[0].result

@@ -11,6 +11,9 @@ from tests.conftest import ROOT
 
 MODULES = ["pipeline.eagle3.preflight", "pipeline.eagle3.serve", "pipeline.eagle3.benchmark",
            "pipeline.eagle3.load_levels", "pipeline.eagle3.bench_report", "pipeline.eagle3.heldout",
+           "pipeline.eagle3.bench_prompts", "pipeline.eagle3.bench_trials",
+           "pipeline.eagle3.bench_tables", "pipeline.eagle3.bench_results",
+           "pipeline.vllm.schedule", "pipeline.vllm.ready",
            "pipeline.vllm.compat", "pipeline.vllm.probe", "pipeline.vllm.drafter",
            "pipeline.vllm.metrics",
            "pipeline.vllm.server",

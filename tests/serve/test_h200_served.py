@@ -1,0 +1,116 @@
+"""The served half of examples/eagle3-h200.yaml, as written, through the harness against the
+stand-in vLLM: six servers started together, the sweep writing the schedule, the schedule
+served, the benchmark against plain and the sweep, and vllm bench serve beside ours. Only
+what the H200 has and this machine has not is changed: the server command, the ports,
+and lengths and trials small enough for a test. A mistake in the example's parameters or
+the order of its stages fails here, not after ten minutes of device time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.runner import Runner
+from pipeline.spec.load import load_spec
+from pipeline.vllm import schedule as sched
+from state.store import Store
+from tests.conftest import ROOT
+from tests.serve import vllm_bench
+from tests.serve.helpers import FAKE_COMMAND, kill_fakes, make_models, wait_gone
+from tests.serve.test_benchmark import tiny_tokenizer
+from tests.sshd import free_port
+
+# the store is not what this tests (tests/serve/test_parallel_start.py runs both)
+pytestmark = [pytest.mark.ml, pytest.mark.slow, pytest.mark.sqlite]
+SERVED = ("serve_baseline", "serve_k1", "serve_k2", "serve_k3", "serve_k5", "sweep",
+          "serve_schedule", "benchmark", "reference")
+
+
+def _served_spec(work: Path, ports: dict[int, int], bench_site: str) -> Path:
+    doc = yaml.safe_load((ROOT / "examples" / "eagle3-h200.yaml").read_text())
+    stages = {s["name"]: s for s in doc["stages"]}
+    assert list(stages)[-len(SERVED):] == list(SERVED)
+    out = []
+    for name in SERVED:
+        stage = stages[name]
+        w = stage.get("with") or {}
+        if stage.get("action") == "eagle3.serve":
+            w["port"] = ports[w["port"]]
+            w.update(command=FAKE_COMMAND, extra_args=["--fake-step-ms", "2"],
+                     health_timeout=60)
+            stage["needs"] = [n for n in stage.get("needs", []) if n in SERVED]
+        if stage.get("action") == "eagle3.benchmark":
+            w["url"] = {k: _port(v, ports) for k, v in w["url"].items()}
+            w["baseline_url"] = _port(w["baseline_url"], ports)
+            w.update(concurrency=[1, 4], requests=6, min_seconds=0, warmup=1,
+                     trials=1 if name == "sweep" else 2)
+            stage.pop("gate", None)  # τ against verify (not run here); speed: the machine's
+        if name == "reference":
+            run = stage["run"]
+            for old, new in ports.items():
+                run = run.replace(f":{old} ", f":{new} ")
+            stage["run"] = run.replace("--concurrency 1,4,16,64", "--concurrency 1,4").replace(
+                "--min-seconds 10", "--min-seconds 0 --requests 4").replace(
+                "--warmup 4", f"--warmup 0 --vllm-pythonpath {bench_site}")
+        out.append(stage)
+    doc["stages"] = out
+    doc["hosts"]["local"]["workdir"] = str(work)
+    path = work.parent / "h200-served.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _port(url: str, ports: dict[int, int]) -> str:
+    head, _, port = url.rpartition(":")
+    return f"{head}:{ports[int(port)]}"
+
+
+def test_the_h200_examples_served_stages_run_as_written(tmp_path: Path, store: Store,
+                                                        monkeypatch) -> None:
+    bench_site = vllm_bench.pythonpath()
+    work = tmp_path / "work"
+    make_models(work)  # work/verifier, work/drafter, as the example's stages leave them
+    tiny_tokenizer(work / "verifier")
+    (work / "data" / "generated").mkdir(parents=True)
+    (work / "data" / "prompts.jsonl").write_text("".join(
+        json.dumps({"id": f"q{i:05d}", "messages": [{"role": "user", "content": f"q {i}"}]})
+        + "\n" for i in range(9)))
+    (work / "data" / "generated" / "samples.jsonl").write_text(json.dumps(
+        {"id": "q00000", "messages": [{"role": "user", "content": "q 0"}]}) + "\n")
+    ports = {p: free_port() for p in (8000, 8001, 8002, 8003, 8005, 8006)}
+    monkeypatch.setenv("HARNESS_REPO", str(ROOT))
+    spec = _served_spec(work, ports, bench_site)
+    sid = store.create_session("s", actor="human")
+    lines: list[str] = []
+    try:
+        report = Runner(store, sid, load_spec(spec), out=lines.append, poll_interval=0.05).run()
+        assert report.ok, "\n".join(lines[-80:])
+        # the five servers started together, the sweep waited for them once
+        waits = [ln for ln in lines if "started without waiting:" in ln]
+        assert len(waits) == 1 and waits[0].startswith("[sweep] waiting for 5 server(s)")
+        # the sweep's schedule, as eagle3.serve read it and served it
+        schedule = sched.load(str(work / "schedule.json"))
+        runs = {r.stage: r for r in store.runs(sid)}
+        served = runs["serve_schedule"].result["metrics"]
+        assert served[sched.KEY] == [list(e) for e in schedule]
+        assert served["num_speculative_tokens"] == sched.needed_k(schedule)
+        sweep = runs["sweep"].result["metrics"]
+        assert {sweep["candidates"][n]["k"] for n in ("k1", "k2", "k5")} == {1, 2, 5}
+        # the benchmark: two trials of plain against the schedule, held to the sweep
+        bench = runs["benchmark"].result["metrics"]
+        assert bench["trials"] == 2 and {r["candidate"] for r in bench["served_table"]} == {
+            "schedule"}
+        assert [r["concurrency"] for r in bench["against_sweep"]] == [1, 4]
+        # and vllm bench serve beside ours on the same two servers
+        rows = json.loads((work / "reference" / "reference.json").read_text())["rows"]
+        assert [(r["concurrency"], r["server"]) for r in rows] == [
+            (1, "plain"), (1, "schedule"), (4, "plain"), (4, "schedule")]
+        assert all(r["tokens"] == r["vllm_tokens"] for r in rows)
+        for port in ports.values():
+            assert wait_gone(port) == []
+    finally:
+        for port in ports.values():
+            kill_fakes(port)
