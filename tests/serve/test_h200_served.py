@@ -25,23 +25,24 @@ from tests.sshd import free_port
 
 # the store is not what this tests (tests/serve/test_parallel_start.py runs both)
 pytestmark = [pytest.mark.ml, pytest.mark.slow, pytest.mark.sqlite]
-SERVED = ("serve_baseline", "serve_k1", "serve_k2", "serve_k3", "serve_k5", "sweep",
-          "serve_schedule", "benchmark", "reference")
+SERVED = ("serve_baseline", "serve_k1", "serve_k2", "serve_k3", "serve_k5", "serve_peagle",
+          "sweep", "serve_schedule", "benchmark_peagle", "benchmark", "reference")
 
 
 def _served_spec(work: Path, ports: dict[int, int], bench_site: str) -> Path:
     doc = yaml.safe_load((ROOT / "examples" / "eagle3-h200.yaml").read_text())
-    stages = {s["name"]: s for s in doc["stages"]}
-    assert list(stages)[-len(SERVED):] == list(SERVED)
+    stages = {s["name"]: s for s in doc["stages"] if s["name"] in SERVED}
+    assert sorted(stages) == sorted(SERVED)
     out = []
-    for name in SERVED:
-        stage = stages[name]
+    for name, stage in stages.items():  # in the example's order
         w = stage.get("with") or {}
         if stage.get("action") == "eagle3.serve":
             w["port"] = ports[w["port"]]
             w.update(command=FAKE_COMMAND, extra_args=["--fake-step-ms", "2"],
                      health_timeout=60)
-            stage["needs"] = [n for n in stage.get("needs", []) if n in SERVED]
+            if w.get("draft") == "drafter_peagle":  # the stand-in serves any drafter
+                w["draft"] = "drafter"
+        stage["needs"] = [n for n in stage.get("needs", []) if n in SERVED]
         if stage.get("action") == "eagle3.benchmark":
             w["url"] = {k: _port(v, ports) for k, v in w["url"].items()}
             w["baseline_url"] = _port(w["baseline_url"], ports)
@@ -53,7 +54,7 @@ def _served_spec(work: Path, ports: dict[int, int], bench_site: str) -> Path:
             for old, new in ports.items():
                 run = run.replace(f":{old} ", f":{new} ")
             stage["run"] = run.replace("--concurrency 1,4,16,64", "--concurrency 1,4").replace(
-                "--min-seconds 10", "--min-seconds 0 --requests 4").replace(
+                "--min-seconds 6", "--min-seconds 0 --requests 4").replace(
                 "--warmup 4", f"--warmup 0 --vllm-pythonpath {bench_site}")
         out.append(stage)
     doc["stages"] = out
@@ -80,7 +81,7 @@ def test_the_h200_examples_served_stages_run_as_written(tmp_path: Path, store: S
         + "\n" for i in range(9)))
     (work / "data" / "generated" / "samples.jsonl").write_text(json.dumps(
         {"id": "q00000", "messages": [{"role": "user", "content": "q 0"}]}) + "\n")
-    ports = {p: free_port() for p in (8000, 8001, 8002, 8003, 8005, 8006)}
+    ports = {p: free_port() for p in (8000, 8001, 8002, 8003, 8005, 8006, 8007)}
     monkeypatch.setenv("HARNESS_REPO", str(ROOT))
     spec = _served_spec(work, ports, bench_site)
     sid = store.create_session("s", actor="human")
@@ -88,9 +89,12 @@ def test_the_h200_examples_served_stages_run_as_written(tmp_path: Path, store: S
     try:
         report = Runner(store, sid, load_spec(spec), out=lines.append, poll_interval=0.05).run()
         assert report.ok, "\n".join(lines[-80:])
-        # the five servers started together, the sweep waited for them once
+        # the six servers started together, the sweep waited for its five once, and
+        # benchmark_peagle for P-EAGLE's (the schedule's, started after, by the benchmark)
         waits = [ln for ln in lines if "started without waiting:" in ln]
-        assert len(waits) == 1 and waits[0].startswith("[sweep] waiting for 5 server(s)")
+        assert [w.split(" server(s)")[0] for w in waits] == [
+            "[sweep] waiting for 5", "[benchmark_peagle] waiting for 1",
+            "[benchmark] waiting for 1"], waits
         # the sweep's schedule, as eagle3.serve read it and served it
         schedule = sched.load(str(work / "schedule.json"))
         runs = {r.stage: r for r in store.runs(sid)}
@@ -104,6 +108,9 @@ def test_the_h200_examples_served_stages_run_as_written(tmp_path: Path, store: S
         assert bench["trials"] == 2 and {r["candidate"] for r in bench["served_table"]} == {
             "schedule"}
         assert [r["concurrency"] for r in bench["against_sweep"]] == [1, 4]
+        # P-EAGLE against EAGLE-3 at k=3 and plain, back to back
+        peagle = runs["benchmark_peagle"].result["metrics"]
+        assert {r["candidate"] for r in peagle["served_table"]} == {"peagle", "k3"}
         # and vllm bench serve beside ours on the same two servers
         rows = json.loads((work / "reference" / "reference.json").read_text())["rows"]
         assert [(r["concurrency"], r["server"]) for r in rows] == [
