@@ -172,6 +172,16 @@ def cli(db_url: str):
     return run_cli
 
 
+def example_copy(name: str, where: Path) -> Path:
+    """A copy of ``examples/NAME`` in ``where``. The examples' workdirs are relative
+    (``runs/eagle3-tiny``), so the copy's is under ``where`` and empty: a test that reads
+    a spec this way gives the same answer before and after the README's main job has run
+    in this checkout (``examples/runs/``)."""
+    target = where / name
+    target.write_text((ROOT / "examples" / name).read_text())
+    return target
+
+
 def harness_subprocess(args: list[str], *, stdin: bytes = b"", env: dict[str, str] | None = None,
                        timeout: float = 60, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`python -m harness ARGS` in a fresh interpreter (for exit codes, streams, races)."""
