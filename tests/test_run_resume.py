@@ -34,10 +34,15 @@ def test_the_summary_names_the_retry_and_retry_blocked_runs_it(tmp_path: Path, c
     (tmp_path / "work" / "fixed").write_text("")
     again = cli(["run", str(spec), "-q"])  # a plain rerun leaves blocked stages alone
     assert again.code == 1 and "--retry-blocked" in again.out
+    assert "  skipped, completed by an earlier run: prepare\n" in again.out
     assert statuses(cli) == {"prepare": "completed", "train": "blocked", "export": "pending"}
     retry = cli(["run", str(spec), "-q", "--retry-blocked"])
     assert retry.code == 0, retry.out
     assert "t2 was blocked: running it again" in retry.out
+    assert "  skipped, completed by an earlier run: prepare\n" in retry.out
+    resumed = cli(["run", str(spec), "-q"])
+    assert resumed.code == 0 and "done: 3/3 completed\n  skipped, completed by an earlier " \
+        "run: prepare, train, export (nothing left to run)\n" in resumed.out, resumed.out
     assert statuses(cli) == {"prepare": "completed", "train": "completed",
                              "export": "completed"}
     notes = json.loads(cli(["show", "t2", "--json"]).out)["notes"]
