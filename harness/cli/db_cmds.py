@@ -9,7 +9,8 @@ import click
 
 from harness.cli.common import common_options, emit_json, harness, json_option
 from state.copy import BATCH, copy_store
-from state.errors import SchemaTooNew
+from state.errors import SchemaTooNew, StoreUnavailable
+from state.location import display_url, normalize_url, sqlite_path
 from state.store import Store
 
 
@@ -113,10 +114,18 @@ def copy(source: str | None, target: str, replace: bool, as_json: bool) -> None:
     (what they write after the snapshot is not copied).
 
     \b
-    harness db copy --to postgresql://harness@db.lab/campaign
+    harness db copy --to postgresql://harness@db.lab/campaign   # the current store
     harness db copy --from postgresql://harness@db.lab/campaign --to backup.db
     """
-    src = source or harness().store_source.value
+    resolved = harness().store_source
+    src = source or resolved.value
+    if source is not None:
+        path = sqlite_path(normalize_url(source))
+        if path is not None and not path.exists():
+            raise StoreUnavailable(
+                "--from: no store here", where=str(path),
+                hint=f"the store the other commands use is {display_url(normalize_url(resolved.value))} "
+                     f"({resolved.how}; `harness where`): leave --from out to copy it")
     started = time.monotonic()
     shown: dict[str, float] = {}
 
