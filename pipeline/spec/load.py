@@ -236,8 +236,8 @@ def _check_gate(stage: Stage, at: str, fail: Any) -> None:
             unmeasured = unmeasured_level(stage) if key == SERVED_SPEEDUP else None
             if unmeasured:
                 fail(where, unmeasured)
-        elif isinstance(value, (dict, bool, str)) or (isinstance(value, list) and
-                                                      any(isinstance(v, dict) for v in value)):
+        elif isinstance(value, (dict, bool)) or (isinstance(value, list) and
+                                                 any(isinstance(v, dict) for v in value)):
             fail(where, f"expected a number or a list of numbers, got {value!r}")
 
 

@@ -84,7 +84,7 @@ def test_a_gate_that_requires_vllm_fails_on_table_answers(good, db_url):
 
 
 @pytest.mark.parametrize(("stage", "value", "problem"), [
-    ("verify", "yes", "expected true or false, got 'yes'"),
+    ("verify", 1, "expected true or false, got 1.0"),
     ("train", True, "require_vllm holds the vLLM compatibility checks, which eagle3.train "
                     "does not make"),
 ])
