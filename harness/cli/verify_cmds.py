@@ -156,7 +156,9 @@ def verify_cmd(checkpoint: Path, verifier: Path, data: Path | None, exclude: Pat
     if functional is None:
         functional = data is not None
     if functional and data is None:
-        raise UsageError("--functional needs held-out prompts: give --data")
+        raise UsageError("--functional needs held-out prompts: give --data HELD_OUT.jsonl "
+                         "(prompts the drafter was not trained on, or tokenize's output "
+                         "directory)")
     _need_ml()
     h = harness()
     num = uc.parse_id(todo_id) if todo_id is not None else None
