@@ -185,6 +185,7 @@ def test_the_readmes_move_to_postgresql(tmp_path: Path, pg_url: str,
     directory's default) is what `db copy` copies without --from; then HARNESS_DB points
     every command at the team's database. A --from that names no store says which one is
     in use."""
+    assert run_cli(["session", "new", "tour"]).code == 0  # the README's tour session
     assert run_cli(["add", "Train the drafter"]).code == 0
     store = json.loads(run_cli(["where", "--json"]).out)["store"]  # a path
     wrong = run_cli(["db", "copy", "--from", str(tmp_path / ".harness" / "state.db"),
@@ -194,7 +195,9 @@ def test_the_readmes_move_to_postgresql(tmp_path: Path, pg_url: str,
     assert f"the store the other commands use is {store} (the user data directory" in wrong.err
     done = run_cli(["db", "copy", "--to", pg_url])
     assert done.code == 0, done.err
+    assert done.out.endswith("your current session there is 'tour', as here\n")
     monkeypatch.setenv("HARNESS_DB", pg_url)
+    assert json.loads(run_cli(["where", "--json"]).out)["session"] == "tour"
     listed = json.loads(run_cli(["list", "--json"]).out)
     assert [t["content"] for t in listed] == ["Train the drafter"]
     again = run_cli(["db", "copy", "--to", pg_url])  # now the source is the target
