@@ -248,7 +248,7 @@ def status(lines: int, as_json: bool) -> None:
     if not rows:
         click.echo(f"session {sess.name}: no pipeline stages yet (`harness run PIPELINE.yaml`)")
         return
-    click.echo(f"session {sess.name}, pipeline {sess.pipeline or '?'}")
+    click.echo(f"session {sess.name}, pipeline {sess.pipeline or '— (no pipeline has run in it)'}")
     cells = []
     for r in rows:
         run = r["last_run"]
