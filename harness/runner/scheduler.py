@@ -200,7 +200,7 @@ class Runner:
         for name in report.completed:
             summary = (last[name].result or {}).get("summary") if name in last else None
             if summary:
-                self.out(f"  {safe_line(str(summary), 320)}")
+                self.out(f"  {safe_line(str(summary), 400)}")
         hosts = {self.host(self.spec.stage(n)).name: self.host(self.spec.stage(n))
                  for n in self.scope}
         for host in hosts.values():
