@@ -68,3 +68,20 @@ def test_dry_run_says_what_a_real_run_would_do_now(tmp_path: Path, cli, backend:
     cli(["cancel", "t3"])
     only = cli(["run", str(spec), "--dry-run", "--only", "export"])
     assert "cancelled" in only.out and "would run 0 of 1" in only.out
+
+
+def test_a_run_in_a_session_that_never_ran_the_pipeline_says_where_it_ran(
+        tmp_path: Path, cli) -> None:
+    """After the README's tour its session is the current one: running the main job then
+    runs every stage again there. The run says so first, and how to resume instead."""
+    spec = spec_with_a_failing_stage(tmp_path)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "fixed").write_text("")
+    assert cli(["run", str(spec), "-q"]).code == 0
+    assert cli(["session", "new", "tour"]).code == 0
+    again = cli(["run", str(spec), "-q"])
+    assert again.err.startswith("warning: pipeline test ran in session default, not in 'tour' "
+                                "(harness session use): every stage runs again here, over "
+                                "the same files; to resume it there: --session default\n")
+    resumed = cli(["run", str(spec), "-q"])  # now it has run here too: no warning
+    assert "warning" not in resumed.err and "skipped, completed by an earlier run" in resumed.out
