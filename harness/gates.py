@@ -87,7 +87,7 @@ class GateItem:
         if self.metric == "served_tau_gap":
             return f"served τ within {_pct(self.limit)} of offline τ ({self.line})"
         if self.key == REQUIRE_VLLM:
-            return f"vLLM's own answers ({self.line})"
+            return f"vLLM's own answers: {self.line}"
         measured = "missing" if self.value is None else f"measured {_fmt(self.value)}"
         if self.value is None and self.missing:
             measured += f": {self.missing}"
@@ -172,8 +172,8 @@ def require_vllm_item(wanted: Any, metrics: dict[str, Any]) -> GateItem:
     item.value, item.passed = n, n == 0
     item.says = ("every vLLM check was asked of an installed vLLM" if item.passed else
                  f"{n} vLLM check{'s' if n != 1 else ''} answered from the table, not by "
-                 "vLLM (the gate has require_vllm: install vLLM where the stage runs, or "
-                 "give vllm_python)")
+                 "vLLM, and the gate has require_vllm: install vLLM where the stage runs, "
+                 "or give vllm_python")
     return item
 
 

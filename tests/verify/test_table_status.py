@@ -72,8 +72,8 @@ def test_a_gate_that_requires_vllm_fails_on_table_answers(good, db_url):
     assert r.code == 1, r.err
     out = json.loads(r.out)
     assert not out["passed"]
-    assert "4 vLLM checks answered from the table, not by vLLM (the gate has require_vllm" \
-        in out["verdict"]
+    assert "gate needs vLLM's own answers: 4 vLLM checks answered from the table, not by " \
+        "vLLM, and the gate has require_vllm: install vLLM" in out["verdict"]
     bad = run_cli(["--db", db_url, "verify", str(good["dir"]), "--verifier",
                    str(good["verifier"]), "--gate", "require_vllm=1"])
     assert bad.code == 2 and "require_vllm=true or false" in bad.err
