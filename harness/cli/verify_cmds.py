@@ -230,7 +230,7 @@ def _print_result(result: StageResult, gate_lines: list[str], passed: bool, verd
     where = ""
     if recorded is not None:
         where = f" (recorded v{recorded.id}" + (f", todo t{num}" if num is not None else "") + ")"
-    click.echo(f"{'PASSED' if passed else 'FAILED'}: {safe_line(verdict, 300)}{where}")
+    click.echo(f"{'PASSED' if passed else 'FAILED'}: {safe_line(verdict, 400)}{where}")
 
 
 @click.command("verifications")
