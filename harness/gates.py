@@ -16,6 +16,9 @@ did not measure fails by name, and one whose trials spread past the benchmark's 
 fails as unstable, undecided; ``max_served_tau_gap: 0.1`` holds how far the
 served τ (``acceptance_length``) lies from the offline one (``offline_acceptance_length``,
 which the runner adds from the verify stage upstream), and its line names both.
+
+``require_vllm: true`` holds the vLLM compatibility checks: none of them may have been
+answered from the table of known rules (``vllm_checks_from_table`` must be 0).
 """
 
 from __future__ import annotations
@@ -23,7 +26,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.actions import gate_metric
+from pipeline.actions import (
+    FAIL,
+    PASS,
+    REQUIRE_VLLM,
+    TABLE,
+    TABLE_CHECKS,
+    check_status,
+    gate_metric,
+)
 from pipeline.served_gates import (
     SERVED_SPEEDUP,
     TAU_GAP,
@@ -33,7 +44,9 @@ from pipeline.served_gates import (
     tau_gap_form,
 )
 
-__all__ = ["GateItem", "gate_items"]
+# A check's status (PASS, FAIL, or TABLE: answered from a table, not checked), for the
+# TUI, which may not import pipeline itself.
+__all__ = ["FAIL", "PASS", "TABLE", "GateItem", "check_status", "gate_items"]
 
 
 @dataclass
@@ -75,6 +88,8 @@ class GateItem:
         sign = "≥" if self.op == ">=" else "≤"
         if self.metric == "served_tau_gap":
             return f"served τ within {_pct(self.limit)} of offline τ ({self.line})"
+        if self.key == REQUIRE_VLLM:
+            return f"vLLM's own answers: {self.line}"
         if self.says:
             return self.says
         measured = "missing" if self.value is None else f"measured {_fmt(self.value)}"
@@ -109,6 +124,9 @@ def gate_items(gate: dict[str, Any], metrics: dict[str, Any]) -> list[GateItem]:
     notes = metrics.get("metric_notes")
     notes = notes if isinstance(notes, dict) else {}
     for key, threshold in gate.items():
+        if key == REQUIRE_VLLM:
+            items.append(require_vllm_item(threshold, metrics))
+            continue
         if key in (SERVED_SPEEDUP, TAU_GAP):
             items += served_speedup_items(threshold, metrics) if key == SERVED_SPEEDUP \
                 else [tau_gap_item(threshold, metrics)]
@@ -141,6 +159,26 @@ def gate_items(gate: dict[str, Any], metrics: dict[str, Any]) -> list[GateItem]:
     return items
 
 
+
+
+def require_vllm_item(wanted: Any, metrics: dict[str, Any]) -> GateItem:
+    """``require_vllm: true``: no vLLM check was answered from the table of known rules
+    (every one was asked of an installed vLLM)."""
+    item = GateItem(REQUIRE_VLLM, TABLE_CHECKS, "<=", 0, None, wanted is not True)
+    if wanted is not True:
+        item.says = "vLLM checks from the table allowed (require_vllm: false)"
+        return item
+    n = metrics.get(TABLE_CHECKS)
+    if not _is_number(n):
+        item.missing = "the result does not say where its vLLM answers came from"
+        item.says = f"require_vllm: {item.missing}"
+        return item
+    item.value, item.passed = n, n == 0
+    item.says = ("every vLLM check was asked of an installed vLLM" if item.passed else
+                 f"{n} vLLM check{'s' if n != 1 else ''} answered from the table, not by "
+                 "vLLM, and the gate has require_vllm: install vLLM where the stage runs, "
+                 "or give vllm_python")
+    return item
 
 
 def served_speedup_items(threshold: Any, metrics: dict[str, Any]) -> list[GateItem]:

@@ -20,16 +20,16 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ActionError
 from pipeline.served_gates import SERVED_ACTION, SERVED_KEYS, not_a_gate
 
-__all__ = ["ACTION_METRICS", "ActionError", "Check", "StageResult", "declares_metric",
-           "gate_metric", "gate_problem", "params_to_argv", "run_action",
-           "undeclared_metrics"]
+__all__ = ["ACTION_METRICS", "REQUIRE_VLLM", "TABLE_CHECKS", "ActionError", "Check",
+           "StageResult", "check_status", "declares_metric", "gate_metric", "gate_problem",
+           "params_to_argv", "run_action", "table_note", "undeclared_metrics"]
 
 RESULT_SCHEMA = 1
 
@@ -92,8 +92,8 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
         "generated_tokens", "teacher_forced_acceptance", "teacher_forced_tau",
         "projected_speedup", "reference_speedup_bound", "plain_step_ms", "verify_step_ms",
         "draft_step_ms", "draft_ms_per_round", "plain_ms_per_token", "spec_ms_per_token",
-        "untrained_*", "previous_*"),
-    "eagle3.preflight": ("weights_per_gpu_gib", "need_per_gpu_gib", "budget_per_gpu_gib",
+        "untrained_*", "previous_*", "vllm_checks_from_table"),
+    "eagle3.preflight": ("vllm_checks_from_table", "weights_per_gpu_gib", "need_per_gpu_gib", "budget_per_gpu_gib",
                          "target_bytes", "target_gib", "draft_bytes", "draft_gib"),
     "eagle3.serve": ("startup_s", "num_speculative_tokens", "tensor_parallel_size"),
     "eagle3.benchmark": ("throughput_c*", "tpot_p50_ms_c*", "ttft_p50_ms_c*",
@@ -116,6 +116,13 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
                          "spread_tolerance", "unstable_levels", "mean_output_tokens",
                          "output_len"),
 }
+
+
+# ``require_vllm: true`` in a gate: the vLLM checks must have been made by vLLM itself,
+# not answered from the table of known rules. It holds this metric (the count of checks
+# answered from the table) at 0, on the actions that report it.
+REQUIRE_VLLM = "require_vllm"
+TABLE_CHECKS = "vllm_checks_from_table"
 
 
 def gate_metric(key: str) -> tuple[str, str]:
@@ -144,6 +151,10 @@ def _matches(pattern: str, name: str) -> bool:
 def gate_problem(action: str, key: str) -> str | None:
     """Why gate ``key`` cannot hold on ``action``'s metrics (None: it can), with the
     nearest declared name."""
+    if key == REQUIRE_VLLM:
+        return None if declares_metric(action, TABLE_CHECKS) or action not in ACTION_METRICS \
+            else (f"{key} holds the vLLM compatibility checks, which {action} does not make: "
+                  "put it on an eagle3.verify or eagle3.preflight stage")
     if key in SERVED_KEYS:
         return None if action == SERVED_ACTION else (
             f"{key} holds a served benchmark's figures: put it on the {SERVED_ACTION} "
@@ -184,16 +195,48 @@ def undeclared_metrics(action: str, metrics: Mapping[str, Any]) -> list[str]:
 
 @dataclass
 class Check:
-    """One named check: did it pass, what was measured, what was expected, what to do."""
+    """One named check: did it pass, what was measured, what was expected, what to do.
+
+    ``from_table``: the answer came from a table of known behaviour, not from the real
+    thing (the vLLM checks where no vLLM could be asked). Such a check that passes is
+    shown as ``TABLE``, never ``PASS`` (:func:`check_status`): it was not made."""
 
     name: str
     passed: bool
     value: Any = None
     expected: Any = None
     message: str = ""
+    from_table: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+PASS, FAIL, TABLE = "PASS", "FAIL", "TABLE"
+
+
+def check_status(check: Check | Mapping[str, Any]) -> str:
+    """``PASS``, ``FAIL``, or ``TABLE`` (passed, but answered from a table, not checked).
+
+    Takes a :class:`Check` or a stored row's dict. Rows stored before ``from_table``
+    existed said so only in their message (``FALLBACK ...``), which is read instead."""
+    row = check.to_json() if isinstance(check, Check) else check
+    if not row.get("passed"):
+        return FAIL
+    table = row.get("from_table")
+    if table is None:
+        table = str(row.get("message") or "").startswith("FALLBACK")
+    return TABLE if table else PASS
+
+
+def table_note(checks: Iterable[Check]) -> str:
+    """``5 vLLM checks from the table: install vLLM to check them for real`` ('' if none),
+    for a summary: the count of checks that passed only by the table."""
+    n = sum(1 for c in checks if check_status(c) == TABLE)
+    if not n:
+        return ""
+    return (f"{n} vLLM check{'s' if n != 1 else ''} from the table: install vLLM to check "
+            f"{'them' if n != 1 else 'it'} for real")
 
 
 @dataclass
@@ -235,11 +278,15 @@ class StageResult:
         return cls(
             action=str(data.get("action", "")),
             metrics=dict(data.get("metrics") or {}),
-            checks=[Check(**c) for c in data.get("checks") or []],
+            checks=[Check(**{k: v for k, v in c.items() if k in _CHECK_FIELDS})
+                    for c in data.get("checks") or []],
             artifacts=list(data.get("artifacts") or []),
             summary=str(data.get("summary") or ""),
             error=data.get("error"),
         )
+
+
+_CHECK_FIELDS = {f.name for f in fields(Check)}
 
 
 def params_to_argv(params: Mapping[str, Any]) -> list[str]:
@@ -304,7 +351,7 @@ def read_result(path: Path) -> StageResult:
 
 def print_checks(checks: Iterable[Check], out: Callable[[str], None] = print) -> None:
     for c in checks:
-        mark = "PASS" if c.passed else "FAIL"
+        mark = check_status(c)
         extra = f" value={c.value}" if c.value is not None else ""
         extra += f" expected={c.expected}" if c.expected is not None else ""
         out(f"check {mark} {c.name}:{extra} {c.message}".rstrip())

@@ -246,6 +246,10 @@ class Connections:
     def _new_pg(self) -> Any:
         from state import pg
 
+        try:
+            pg.driver()
+        except ModuleNotFoundError as exc:
+            raise pg.missing_driver(exc.name, self.where) from None
         with self.errors():
             return pg.connect(self._pg, lock_timeout_ms=busy_timeout_ms())
 
@@ -304,9 +308,12 @@ class Connections:
     def _is_driver_error(self, exc: BaseException) -> bool:
         if isinstance(exc, sqlite3.Error):
             return True
-        if ("_dbapi_errors" in self.__dict__ or self._pg is not None) and isinstance(
-                exc, self._dbapi_errors[0]):
-            return True
+        try:
+            if ("_dbapi_errors" in self.__dict__ or self._pg is not None) and isinstance(
+                    exc, self._dbapi_errors[0]):
+                return True
+        except ImportError:  # no driver, so not its error; and never a second traceback
+            return False
         sa_exc = sys.modules.get("sqlalchemy.exc")  # loaded only where SQLAlchemy is in use
         return sa_exc is not None and isinstance(exc, sa_exc.DBAPIError)
 

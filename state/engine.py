@@ -26,6 +26,7 @@ from sqlalchemy.pool import StaticPool
 from state.dialect import WRITE_OPTION, busy_timeout_ms, write_lock_sql
 from state.errors import StoreUnavailable
 from state.location import display_url, is_sqlite, sqlite_path
+from state.pg import missing_driver
 
 
 def _on_sqlite_begin(conn: Any) -> None:
@@ -61,9 +62,11 @@ def make_engine(url: str, *, creator: Callable[[], Any] | None = None) -> Engine
             url, pool_pre_ping=True, isolation_level="READ COMMITTED",
             connect_args={"application_name": "todo-harness", "connect_timeout": 10})
     except ModuleNotFoundError as exc:
+        if url.startswith("postgres"):
+            raise missing_driver(exc.name, display_url(url)) from None
         raise StoreUnavailable(
             f"the driver for this database is not installed ({exc.name})",
-            where=display_url(url), hint="pip install 'todo-harness[postgres]'") from None
+            where=display_url(url), hint="install it with pip") from None
     if engine.dialect.name == "postgresql":
         event.listen(engine, "connect", _on_pg_connect)
         event.listen(engine, "begin", _on_pg_begin)

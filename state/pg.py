@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote
 
+from state.errors import StoreUnavailable
+
 DRIVER = "postgresql+psycopg"
 CONNECT_TIMEOUT_S = 10
 _SCHEMES = ("postgresql", "postgres", DRIVER)
@@ -93,10 +95,28 @@ def render(url: PgUrl, *, hide_password: bool) -> str:
     return s
 
 
+# What to install when a PostgreSQL driver is missing (both come with the extra).
+INSTALL_HINT = "install the postgres extra: pip install -e '.[postgres]'"
+
+
+def missing_driver(name: str | None, where: str) -> StoreUnavailable:
+    """The one-line error for a PostgreSQL URL in a Python without its driver."""
+    return StoreUnavailable(f"the PostgreSQL driver is not installed ({name or 'psycopg2'})",
+                            where=where, hint=INSTALL_HINT)
+
+
+def driver() -> Any:
+    """psycopg2, or :class:`ModuleNotFoundError` (turned into :func:`missing_driver` by
+    the callers, which know the store's name)."""
+    import psycopg2
+
+    return psycopg2
+
+
 def connect(url: PgUrl, *, lock_timeout_ms: int) -> Any:
     """A psycopg2 connection as the engine makes its own (state/engine.py): READ COMMITTED,
     not in autocommit, named todo-harness, ``lock_timeout`` set after connecting."""
-    import psycopg2
+    psycopg2 = driver()
 
     args: dict[str, Any] = {k: v for k, v in (
         ("user", url.username), ("password", url.password), ("host", url.host),
@@ -153,8 +173,7 @@ def _wait(conn: Any) -> None:
 
 def errors() -> tuple[type[BaseException], type[BaseException]]:
     """(Error, OperationalError) of the driver these connections use."""
-    import psycopg2
-
+    psycopg2 = driver()
     return psycopg2.Error, psycopg2.OperationalError
 
 

@@ -6,6 +6,9 @@ per backend, ``[sqlite]`` and ``[postgres]``. A test that asks for ``db_path`` (
 file it pokes at) or is marked ``sqlite`` runs on SQLite only. The PostgreSQL cluster is
 started once per test session (``tests/pg.py``); if it cannot start, the PostgreSQL tests
 are skipped with the reason, a warning, and a banner at the end of the run.
+
+The run fails if its tests leave a process running, or a job in the Slurm cluster's queue
+(``tests/leftovers.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from state.store import Store
-from tests import pg
+from tests import leftovers, pg
 from tests.slurm import (  # noqa: F401  (real-Slurm fixtures, re-exported)
     slurm,
     slurm_cluster,
@@ -108,6 +111,24 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # ty
         terminalreporter.write_line(slurm_failure[0], red=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_left_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite leaves no process behind. Set up before any other session fixture, so
+    torn down after all of them (the daemons they started are stopped by then): a process
+    the tests started that still runs 15 s later fails the run, as an error at the last
+    test's teardown naming each one, and is then killed. (tests/slurm.py holds the
+    cluster's queue to the same rule.)"""
+    os.environ[leftovers.MARK] = mark = str(os.getpid())
+    base = tmp_path_factory.getbasetemp()
+    yield
+    left = leftovers.wait_until_empty(lambda: leftovers.processes_left(mark, base), 15)
+    if left:
+        leftovers.kill(left)
+        pytest.fail("the tests left processes running (killed now): "
+                    + "; ".join(f"{pid} {cmd}" for pid, cmd in sorted(left.items())),
+                    pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads or writes the developer's own store, config or session."""
@@ -170,6 +191,16 @@ def run_cli(args: list[str], stdin: str | bytes = b"") -> CliResult:
 @pytest.fixture
 def cli(db_url: str):
     return run_cli
+
+
+def example_copy(name: str, where: Path) -> Path:
+    """A copy of ``examples/NAME`` in ``where``. The examples' workdirs are relative
+    (``runs/eagle3-tiny``), so the copy's is under ``where`` and empty: a test that reads
+    a spec this way gives the same answer before and after the README's main job has run
+    in this checkout (``examples/runs/``)."""
+    target = where / name
+    target.write_text((ROOT / "examples" / name).read_text())
+    return target
 
 
 def harness_subprocess(args: list[str], *, stdin: bytes = b"", env: dict[str, str] | None = None,

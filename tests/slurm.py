@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.spec.models import HostSpec
+from tests.leftovers import descendants
 from tests.sshd import SSHServer, free_port, started
 
 MUNGED = shutil.which("munged", path="/usr/sbin:/usr/bin:/sbin") or "/usr/sbin/munged"
@@ -131,16 +132,24 @@ class SlurmCluster:
         proc.wait(10)
 
     def stop(self) -> None:
-        """Cancel what runs, then stop the daemons (their job steps with them)."""
+        """Cancel what runs, then stop the daemons, their job steps and what those run: a
+        step whose slurmd died (:meth:`kill_node`) is nobody's to cancel, and killing only
+        its slurmstepd would leave the job's own processes running, orphaned."""
         if "slurmctld" in self.procs:
             self.client("scancel", f"--user={getpass.getuser()}")
         for name in ("slurmd", "slurmctld", "munged"):
             self._kill(name)
-        for stepd in _processes_named("slurmstepd", str(self.conf)):
+        steps = _processes_named("slurmstepd", str(self.conf))
+        for pid in [*descendants(steps), *steps]:
             try:
-                os.kill(stepd, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def jobs_left(self) -> list[str]:
+        """The jobs still in the queue (``squeue``: pending, running, completing)."""
+        out = self.client("squeue", "-h", "-o", "%i %j %T %M")
+        return out.stdout.splitlines() if out.returncode == 0 else []
 
     def client(self, *argv: str) -> subprocess.CompletedProcess[str]:
         """A Slurm client command against this cluster."""
@@ -229,7 +238,16 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     try:
         yield cluster
     finally:
+        # Every test ends its jobs: one still queued after 15 s fails the run.
+        deadline = time.monotonic() + 15
+        left = cluster.jobs_left() if "slurmctld" in cluster.procs else []
+        while left and time.monotonic() < deadline:
+            time.sleep(0.5)
+            left = cluster.jobs_left()
         cluster.stop()
+    if left:
+        pytest.fail("the tests left Slurm jobs in the queue (cancelled now): "
+                    + "; ".join(left), pytrace=False)
 
 
 @pytest.fixture

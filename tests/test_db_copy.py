@@ -187,3 +187,28 @@ def test_db_info_and_upgrade(pg_url: str) -> None:
     assert info["schema"] == every[-1] and info["pending"] == []
     assert info["counts"]["events"] == 2 and info["counts"]["todos"] == 1
     assert info["server_version"].split(".")[0].isdigit()
+
+
+def test_the_readmes_move_to_postgresql(tmp_path: Path, pg_url: str,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's order: the store the other commands use (here the user data
+    directory's default) is what `db copy` copies without --from; then HARNESS_DB points
+    every command at the team's database. A --from that names no store says which one is
+    in use."""
+    assert run_cli(["session", "new", "tour"]).code == 0  # the README's tour session
+    assert run_cli(["add", "Train the drafter"]).code == 0
+    store = json.loads(run_cli(["where", "--json"]).out)["store"]  # a path
+    wrong = run_cli(["db", "copy", "--from", str(tmp_path / ".harness" / "state.db"),
+                     "--to", pg_url])
+    assert wrong.code == 3 and wrong.err.count("\n") == 1, wrong.err
+    assert "--from: no store here" in wrong.err
+    assert f"the store the other commands use is {store} (the user data directory" in wrong.err
+    done = run_cli(["db", "copy", "--to", pg_url])
+    assert done.code == 0, done.err
+    assert done.out.endswith("your current session there is 'tour', as here\n")
+    monkeypatch.setenv("HARNESS_DB", pg_url)
+    assert json.loads(run_cli(["where", "--json"]).out)["session"] == "tour"
+    listed = json.loads(run_cli(["list", "--json"]).out)
+    assert [t["content"] for t in listed] == ["Train the drafter"]
+    again = run_cli(["db", "copy", "--to", pg_url])  # now the source is the target
+    assert again.code == 1 and "source and target are the same store" in again.err

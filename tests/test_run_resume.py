@@ -34,10 +34,15 @@ def test_the_summary_names_the_retry_and_retry_blocked_runs_it(tmp_path: Path, c
     (tmp_path / "work" / "fixed").write_text("")
     again = cli(["run", str(spec), "-q"])  # a plain rerun leaves blocked stages alone
     assert again.code == 1 and "--retry-blocked" in again.out
+    assert "  skipped, completed by an earlier run: prepare\n" in again.out
     assert statuses(cli) == {"prepare": "completed", "train": "blocked", "export": "pending"}
     retry = cli(["run", str(spec), "-q", "--retry-blocked"])
     assert retry.code == 0, retry.out
     assert "t2 was blocked: running it again" in retry.out
+    assert "  skipped, completed by an earlier run: prepare\n" in retry.out
+    resumed = cli(["run", str(spec), "-q"])
+    assert resumed.code == 0 and "done: 3/3 completed\n  skipped, completed by an earlier " \
+        "run: prepare, train, export (nothing left to run)\n" in resumed.out, resumed.out
     assert statuses(cli) == {"prepare": "completed", "train": "completed",
                              "export": "completed"}
     notes = json.loads(cli(["show", "t2", "--json"]).out)["notes"]
@@ -63,3 +68,20 @@ def test_dry_run_says_what_a_real_run_would_do_now(tmp_path: Path, cli, backend:
     cli(["cancel", "t3"])
     only = cli(["run", str(spec), "--dry-run", "--only", "export"])
     assert "cancelled" in only.out and "would run 0 of 1" in only.out
+
+
+def test_a_run_in_a_session_that_never_ran_the_pipeline_says_where_it_ran(
+        tmp_path: Path, cli) -> None:
+    """After the README's tour its session is the current one: running the main job then
+    runs every stage again there. The run says so first, and how to resume instead."""
+    spec = spec_with_a_failing_stage(tmp_path)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "fixed").write_text("")
+    assert cli(["run", str(spec), "-q"]).code == 0
+    assert cli(["session", "new", "tour"]).code == 0
+    again = cli(["run", str(spec), "-q"])
+    assert again.err.startswith("warning: pipeline test ran in session default, not in 'tour' "
+                                "(harness session use): every stage runs again here, over "
+                                "the same files; to resume it there: --session default\n")
+    resumed = cli(["run", str(spec), "-q"])  # now it has run here too: no warning
+    assert "warning" not in resumed.err and "skipped, completed by an earlier run" in resumed.out

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from textual import work
 from textual.app import App, SystemCommand
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
@@ -80,6 +81,7 @@ class HarnessApp(App[None]):
     def on_mount(self) -> None:
         if self._user_keymap:
             self.set_keymap(self._user_keymap)
+        self.set_interval(0.5, self.make_room_for_toasts)  # toasts expire, or are clicked away
         # Screens keep what arrives before their widgets exist, so the store thread can
         # start now and read while Textual sets up the screen.
         self._store_loop()
@@ -93,6 +95,26 @@ class HarnessApp(App[None]):
 
     def on_unmount(self) -> None:
         self.io.stop()
+
+    # -- toasts ------------------------------------------------------------------------------
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+        self.call_after_refresh(self.make_room_for_toasts)
+
+    def make_room_for_toasts(self) -> None:
+        """Toasts stack up from the bottom right, over the detail pane: while they show,
+        the pane ends above the highest of them (a bottom padding), so none of its lines
+        is hidden behind one; it scrolls instead."""
+        screen = self.screen
+        panes = screen.query("#detail-pane")
+        if not panes:
+            return
+        pane = panes.first()
+        tops = [t.region.y for t in screen.query("Toast") if t.region.height]
+        room = max(0, pane.region.bottom - min(tops)) if tops else 0
+        if pane.styles.padding.bottom != room:
+            pane.styles.padding = (0, 0, room, 0)
 
     # -- for screens -------------------------------------------------------------------------
     def submit(self, job: Job) -> None:

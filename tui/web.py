@@ -10,7 +10,10 @@ terminal is a websocket. We add what it leaves to its user:
 - **same-origin websockets**: a page from another site open in the same browser must not
   be able to drive the board (the browser sends cookies with a cross-site websocket);
 - **URLs from the request**: the page is told to connect back to the host and port the
-  browser used, so an SSH tunnel to another local port works.
+  browser used, so an SSH tunnel to another local port works;
+- **a banner of URLs that work**: textual-serve prints its own, with a URL that has no
+  token (it answers 403), before the port is even bound. Ours replaces it, printed once
+  the port listens: each URL with its token (:meth:`WebBoard.urls`).
 
 The store and session reach the children through ``HARNESS_DB``/``HARNESS_SESSION`` in
 their environment, not their command line, where other users of the host could read a
@@ -19,11 +22,13 @@ database password.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import os
 import secrets
 import shlex
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -60,10 +65,43 @@ class WebBoard(Server):
     """textual-serve's server, with the token and origin checks in front of it."""
 
     def __init__(self, *, host: str, port: int, token: str | None, title: str,
-                 env: dict[str, str]):
+                 env: dict[str, str], listening: Callable[[list[str]], None] | None = None):
         os.environ.update(env)  # the children inherit the server's environment
         super().__init__(child_command(), host=host, port=port, title=title)
         self.token = token
+        self._listening = listening
+
+    def urls(self) -> list[str]:
+        """The URLs a browser can open, each with the token: the address served, or for a
+        wildcard address (0.0.0.0, ::) the loopback one (the host's own names depend on
+        how others reach it)."""
+        host = self.host
+        if host in ("", "0.0.0.0"):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        shown = f"[{host}]" if ":" in host else host
+        return [f"http://{shown}:{self.port}/" + (f"?token={self.token}" if self.token else "")]
+
+    async def on_startup(self, app: web.Application) -> None:
+        """Nothing: textual-serve's banner would show a URL without the token."""
+
+    def serve(self, debug: bool = False) -> None:
+        """As textual-serve serves (Ctrl-C and SIGTERM end it gracefully), with our banner
+        printed once every socket is bound, through run_app's ``print``."""
+        self.debug = debug
+        self.initialize_logging()
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.request_exit)
+        # No access log: its lines would repeat the token of every request's URL.
+        web.run_app(self._make_app(), host=self.host, port=self.port, handle_signals=False,
+                    loop=loop, print=self._bound, access_log=None)
+
+    def _bound(self, _aiohttp_banner: str) -> None:
+        if self._listening is not None:
+            self._listening(self.urls())
 
     async def _make_app(self) -> web.Application:
         app = await super()._make_app()

@@ -8,8 +8,10 @@ import time
 import click
 
 from harness.cli.common import common_options, emit_json, harness, json_option
+from harness.paths import current_session, set_current_session
 from state.copy import BATCH, copy_store
-from state.errors import SchemaTooNew
+from state.errors import SchemaTooNew, StoreUnavailable
+from state.location import display_url, normalize_url, public_url, sqlite_path
 from state.store import Store
 
 
@@ -113,10 +115,18 @@ def copy(source: str | None, target: str, replace: bool, as_json: bool) -> None:
     (what they write after the snapshot is not copied).
 
     \b
-    harness db copy --to postgresql://harness@db.lab/campaign
+    harness db copy --to postgresql://harness@db.lab/campaign   # the current store
     harness db copy --from postgresql://harness@db.lab/campaign --to backup.db
     """
-    src = source or harness().store_source.value
+    resolved = harness().store_source
+    src = source or resolved.value
+    if source is not None:
+        path = sqlite_path(normalize_url(source))
+        if path is not None and not path.exists():
+            raise StoreUnavailable(
+                "--from: no store here", where=str(path),
+                hint=f"the store the other commands use is {display_url(normalize_url(resolved.value))} "
+                     f"({resolved.how}; `harness where`): leave --from out to copy it")
     started = time.monotonic()
     shown: dict[str, float] = {}
 
@@ -130,13 +140,29 @@ def copy(source: str | None, target: str, replace: bool, as_json: bool) -> None:
     report = copy_store(src, target, replace=replace,
                         progress=progress if sys.stderr.isatty() or not as_json else None)
     elapsed = time.monotonic() - started
+    carried = _carry_current_session(src, target)
     if as_json:
         emit_json({"from": report.source, "to": report.target, "counts": report.counts,
-                   "replaced": report.replaced, "seconds": round(elapsed, 3)})
+                   "replaced": report.replaced, "seconds": round(elapsed, 3),
+                   "current_session": carried})
         return
     rows = sum(report.counts.values())
     click.echo(f"copied {rows:,} rows ({report.counts.get('events', 0):,} events) "
                f"from {report.source} to {report.target} in {elapsed:.1f}s")
+    if carried:
+        click.echo(f"your current session there is {carried!r}, as here")
+
+
+def _carry_current_session(source: str, target: str) -> str | None:
+    """The session `harness session use` chose on the source becomes yours on the copy too,
+    unless you chose one there already: commands pointed at the copy go on where you were
+    (the choice is kept per store, so it would otherwise fall back to `default`)."""
+    src_key, dst_key = (public_url(normalize_url(u)) for u in (source, target))
+    chosen = current_session(src_key)
+    if chosen is None or current_session(dst_key) is not None:
+        return None
+    set_current_session(dst_key, chosen)
+    return chosen
 
 
 def register(cli: click.Group) -> None:

@@ -142,6 +142,7 @@ def run_cmd(spec_path: Path, only: str | None, until: str | None, overrides: tup
                  options)
         return
     sess = h.session(create=True)
+    _warn_if_run_elsewhere(h.store, sess.name, sess.pipeline, h.session_source.how, spec)
     runner = Runner(h.store, sess.id, spec, out=_echo, show_logs=not quiet,
                     **options)  # type: ignore[arg-type]
     after = ("jobs keep running on their hosts (servers that stages started were stopped): "
@@ -156,6 +157,21 @@ def run_cmd(spec_path: Path, only: str | None, until: str | None, overrides: tup
         raise Interrupted(f"stopped watching; {after}") from None
     if not report.ok:
         raise click.exceptions.Exit(EXIT_ERROR)
+
+
+def _warn_if_run_elsewhere(store: Store, name: str, pipeline: str | None, how: str,
+                           spec: Pipeline) -> None:
+    """A pipeline that ran in another session, started in one that never ran it: every
+    stage runs again, as this session's todos, over the same workdir. Say so first (the
+    README's tour leaves its own session current; the main job's todos are in default)."""
+    if pipeline == spec.name:
+        return
+    others = [s.name for s in store.sessions() if s.pipeline == spec.name and s.name != name]
+    if not others:
+        return
+    click.echo(f"warning: pipeline {spec.name} ran in session {', '.join(others)}, not in "
+               f"{name!r} ({how}): every stage runs again here, over the same files; to "
+               f"resume it there: --session {others[-1]}", err=True)
 
 
 def _echo(line: str) -> None:
@@ -248,7 +264,7 @@ def status(lines: int, as_json: bool) -> None:
     if not rows:
         click.echo(f"session {sess.name}: no pipeline stages yet (`harness run PIPELINE.yaml`)")
         return
-    click.echo(f"session {sess.name}, pipeline {sess.pipeline or '?'}")
+    click.echo(f"session {sess.name}, pipeline {sess.pipeline or '— (no pipeline has run in it)'}")
     cells = []
     for r in rows:
         run = r["last_run"]

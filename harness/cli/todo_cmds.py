@@ -173,10 +173,14 @@ def show(todo_id: str, as_json: bool) -> None:
             click.echo(f"  r{r.id} {r.state} on {r.host} (attempt {r.attempt}){code}"
                        + (f": {safe_line(r.reason, 80)}" if r.reason else ""))
     if verifications:
+        from harness.gates import TABLE, check_status
+
         click.echo("verifications:")
         for v in verifications:
-            click.echo(f"  v{v.id} {'passed' if v.passed else 'failed'}: "
-                       f"{safe_line(v.verdict, 90)}")
+            table = sum(1 for c in v.checks if check_status(c) == TABLE)
+            click.echo(f"  v{v.id} {'passed' if v.passed else 'failed'}"
+                       + (f" ({table} from the table, not checked)" if table else "")
+                       + f": {safe_line(v.verdict, 90)}")
         for c in comparisons(verifications, h.store.verifications(sid)):
             # offline (the reference loop) and served (the engine) are different things:
             # side by side, each in its own column, never one for the other

@@ -96,12 +96,18 @@ def _serve_web(store: str, session: str, *, host: str, port: int, token: str | N
                          hint="leave it out and a random one is made")
     secret = None if no_token else (token or new_token())
     env = {"HARNESS_DB": store, "HARNESS_SESSION": session}
-    board = WebBoard(host=host, port=port, token=secret, title=f"harness: {session}", env=env)
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}/" + (f"?token={secret}" if secret else "")
-    click.echo(f"serving session {session!r} on http://{shown}:{port}/ (Ctrl-C stops it)",
-               err=True)
-    click.echo(f"open: {url}")
+
+    def listening(urls: list[str]) -> None:
+        # Once the port is bound: only URLs that open the board, each with its token.
+        wildcard = host in ("", "0.0.0.0", "::")
+        click.echo(f"serving session {session!r} (Ctrl-C stops it)"
+                   + ("; on every address: from elsewhere use this host's name in the URL"
+                      if wildcard else ""), err=True)
+        for url in urls:
+            click.echo(f"open: {url}")
+
+    board = WebBoard(host=host, port=port, token=secret, title=f"harness: {session}", env=env,
+                     listening=listening)
     try:
         board.serve()
     except OSError as exc:

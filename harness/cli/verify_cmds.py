@@ -19,7 +19,15 @@ from harness.errors import EXIT_ERROR, HarnessError, UsageError
 from harness.render import aligned, safe_line
 from harness.runner import evaluate_gate, gate_reason
 from harness.served_view import speed_figures
-from pipeline.actions import StageResult, gate_problem, params_to_argv
+from pipeline.actions import (
+    FAIL,
+    REQUIRE_VLLM,
+    TABLE,
+    StageResult,
+    check_status,
+    gate_problem,
+    params_to_argv,
+)
 from state.fold import VerificationState
 
 ACTION = "eagle3.verify"
@@ -53,6 +61,11 @@ def parse_gate(items: tuple[str, ...]) -> dict[str, Any]:
         if not sep or not key or not raw.strip():
             raise UsageError(f"--gate {item!r}: expected NAME=NUMBER, e.g. "
                              "min_acceptance_length=2.0")
+        if key == REQUIRE_VLLM:
+            if raw.strip().lower() not in ("true", "false"):
+                raise UsageError(f"--gate {item!r}: expected {REQUIRE_VLLM}=true or false")
+            gate[key] = raw.strip().lower() == "true"
+            continue
         try:
             values = [float(x) for x in raw.split(",")]
         except ValueError:
@@ -113,7 +126,8 @@ def run_verification(params: dict[str, Any], log: Any) -> StageResult:
               help="Fail when no vLLM can be asked (the fallback table is not enough).")
 @click.option("--gate", "gates", multiple=True, metavar="NAME=VALUE",
               help="Threshold on a metric, e.g. min_acceptance_length=2.0, "
-                   "min_position_acceptance=0.6 (or 0.6,0.4,0.2) (repeatable). The speed "
+                   "min_position_acceptance=0.6 (or 0.6,0.4,0.2), require_vllm=true "
+                   "(no vLLM check answered from the table) (repeatable). The speed "
                    "figures are the reference loop's upper bounds and do not gate: hold "
                    "speed on a served benchmark (min_served_speedup).")
 @click.option("--todo", "todo_id", metavar="ID", help="Link the recorded result to this todo.")
@@ -142,7 +156,9 @@ def verify_cmd(checkpoint: Path, verifier: Path, data: Path | None, exclude: Pat
     if functional is None:
         functional = data is not None
     if functional and data is None:
-        raise UsageError("--functional needs held-out prompts: give --data")
+        raise UsageError("--functional needs held-out prompts: give --data HELD_OUT.jsonl "
+                         "(prompts the drafter was not trained on, or tokenize's output "
+                         "directory)")
     _need_ml()
     h = harness()
     num = uc.parse_id(todo_id) if todo_id is not None else None
@@ -195,7 +211,7 @@ def _print_result(result: StageResult, gate_lines: list[str], passed: bool, verd
         for name in names:
             c = by_name[name]
             value = "" if c.value is None else f" {safe_line(str(c.value), 60)}"
-            click.echo(f"  {'PASS' if c.passed else 'FAIL'} {c.name}{value}: "
+            click.echo(f"  {check_status(c):<5} {c.name}{value}: "
                        f"{safe_line(c.message, 160)}")
     m = result.metrics
     if "tau" in m:
@@ -214,7 +230,7 @@ def _print_result(result: StageResult, gate_lines: list[str], passed: bool, verd
     where = ""
     if recorded is not None:
         where = f" (recorded v{recorded.id}" + (f", todo t{num}" if num is not None else "") + ")"
-    click.echo(f"{'PASSED' if passed else 'FAILED'}: {safe_line(verdict, 300)}{where}")
+    click.echo(f"{'PASSED' if passed else 'FAILED'}: {safe_line(verdict, 400)}{where}")
 
 
 @click.command("verifications")
@@ -253,9 +269,11 @@ def verifications_cmd(todo_id: str | None, as_json: bool) -> None:
     lines = aligned(heads, caps=(None, None, None, None, 32, None, 50, None), sep=" ")
     for v, head in zip(rows, lines, strict=True):
         click.echo(f"  {head}")
-        failed = [c.get("name") for c in v.checks if not c.get("passed")]
-        if failed:
-            click.echo(f"      failed: {safe_line(', '.join(map(str, failed)), 120)}")
+        for status in (FAIL, TABLE):
+            named = [c.get("name") for c in v.checks if check_status(c) == status]
+            if named:
+                what = "failed" if status == FAIL else "from the table, not checked"
+                click.echo(f"      {what}: {safe_line(', '.join(map(str, named)), 120)}")
         click.echo(f"      {safe_line(v.verdict, 160)}")
 
 

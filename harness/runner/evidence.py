@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.gates import gate_items
-from pipeline.actions import StageResult
+from pipeline.actions import StageResult, table_note
 from pipeline.spec.models import Stage
 from state.store import Tx
 
@@ -71,10 +71,19 @@ def judge(stage: Stage, result: StageResult | None, missing_outputs: list[str], 
     if gate and not gate_ok:
         # The measured numbers lead the reason: they are what a person acts on.
         problems.insert(0, gate_reason(gate, result))
-    summary = headline(result.summary) if result else ""
-    note = (f"{summary}; " if summary else "") + "gate passed: " + "; ".join(gate_lines) \
+    note = (gated_headline(result) + "gate passed: " + "; ".join(gate_lines)) \
         if gate else (result.summary if result else "")
     return Judgement(problems, note or None, gate_ok, gate_lines)
+
+
+def gated_headline(result: StageResult | None) -> str:
+    """The action's headline and how many checks passed only by a table, each followed by
+    ``; ``, to lead a gate's lines: the headline drops the summary's tail, where the action
+    counts them, and the count comes before the long gate lines a display may cut."""
+    if result is None:
+        return ""
+    parts = [headline(result.summary), table_note(result.checks)]
+    return "".join(f"{p}; " for p in parts if p)
 
 
 def checks_failed_alone(result: StageResult | None) -> bool:
@@ -92,9 +101,7 @@ def record_verification(tx: Tx, stage: Stage, todo: int, run_id: int,
     if result is None or not (result.checks or gate):
         return
     passed = result.ok and (verdict.gate_ok or not gate)
-    head = headline(result.summary)
-    text = ((f"{head}; " if head else "")
-            + f"gate {'passed' if verdict.gate_ok else 'failed'}: "
+    text = (gated_headline(result) + f"gate {'passed' if verdict.gate_ok else 'failed'}: "
             + "; ".join(verdict.gate_lines)) if gate \
         else (result.summary or ("all checks passed" if passed else "checks failed"))
     sha = result.metrics.get("sha256")

@@ -32,6 +32,7 @@ __all__ = ["Outcome", "RunReport", "Runner"]
 class RunReport:
     outcomes: list[Outcome] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # completed before this run
     blocked: list[tuple[str, str]] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
 
@@ -182,9 +183,15 @@ class Runner:
                 waits = unmet_dependencies(t, todos)
                 why = ("waiting on " + ", ".join(f"t{d}" for d in waits)) if waits else t.status
                 report.waiting.append(f"{name} ({why})")
+        ran = {o.stage for o in report.outcomes}
+        report.skipped = [n for n in report.completed if n not in ran]
         self.out(f"done: {len(report.completed)}/{len(self.scope)} completed"
                  + (f", {len(report.blocked)} blocked" if report.blocked else "")
                  + (f", {len(report.waiting)} not run" if report.waiting else ""))
+        if report.skipped:
+            every = len(report.skipped) == len(report.completed)
+            self.out(f"  skipped, completed by an earlier run: {', '.join(report.skipped)}"
+                     + (" (nothing left to run)" if every and report.ok else ""))
         # What each completed stage left, in its own words (the drafter, its accuracy...).
         last: dict[str, RunState] = {}
         for run in self.store.runs(self.sid):
@@ -193,7 +200,7 @@ class Runner:
         for name in report.completed:
             summary = (last[name].result or {}).get("summary") if name in last else None
             if summary:
-                self.out(f"  {safe_line(str(summary), 200)}")
+                self.out(f"  {safe_line(str(summary), 400)}")
         hosts = {self.host(self.spec.stage(n)).name: self.host(self.spec.stage(n))
                  for n in self.scope}
         for host in hosts.values():

@@ -5,7 +5,9 @@ process (:func:`pipeline.vllm.compat.ask` running :mod:`pipeline.vllm.probe`): t
 ``model_type`` rule, the drafter architecture after ``EAGLEConfig``'s rename, the
 registry, whether its EAGLE-3 Llama model reads ``norm_before_residual``, and what its
 loader does with the checkpoint's tensors. Where vLLM is not importable, the answers come
-from the tables of known vLLM behaviour, and every message says FALLBACK.
+from the tables of known vLLM behaviour: every such check is ``from_table`` (shown as
+TABLE, never PASS), its message says FALLBACK, and ``vllm_checks_from_table`` counts them
+(a gate's ``require_vllm: true`` holds it at 0).
 
 Checks: ``vllm_source`` (which vLLM answered, or that the table did: a failure only with
 ``require_vllm`` or when the named ``python`` has no vLLM), ``vllm_eagle3_target``,
@@ -20,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.actions import Check
+from pipeline.actions import TABLE_CHECKS, Check
 from pipeline.eagle3.checkpoint_files import DrafterLayout, VerifierInfo, WeightSet, weight_files
 from pipeline.eagle3.checks_vllm_weights import table_sources, vllm_sources, weights_check
 from pipeline.vllm.compat import ask, compat_checks
@@ -56,7 +58,7 @@ def compatibility_checks(verifier: VerifierInfo, layout: DrafterLayout, checkpoi
             checks.append(Check("vllm_source", installed or not must,
                                 value=answer.get("version") if installed else "fallback table",
                                 expected="installed vLLM" if must else None,
-                                message=msg))
+                                message=msg, from_table=not installed))
             continue
         checks.append(c)
         if not c.passed:
@@ -75,6 +77,7 @@ def compatibility_checks(verifier: VerifierInfo, layout: DrafterLayout, checkpoi
         metrics["vllm_weight_sources"] = sources
         if not weights.passed:
             changes.append(weights.message)
+    metrics[TABLE_CHECKS] = sum(1 for c in checks if c.from_table)
     return checks, metrics
 
 
@@ -90,7 +93,9 @@ def _weights_check(layout: DrafterLayout, verifier: VerifierInfo, checkpoint: Pa
     sources = table_sources(layout, names, verifier.vocab_size)
     note = (f"vLLM {version} could not be asked ({answer.get('error')})"
             if installed and answer.get("error") else "")
-    return weights_check(sources, own_vocab=own_vocab, note=note), sources
+    check = weights_check(sources, own_vocab=own_vocab, note=note)
+    check.from_table = True
+    return check, sources
 
 
 def _norm_flag_check(layout: DrafterLayout, probe: dict[str, Any]) -> Check:
@@ -109,7 +114,7 @@ def _norm_flag_check(layout: DrafterLayout, probe: dict[str, Any]) -> Check:
                                 "would serve the drafter without it and acceptance drops; "
                                 "upgrade vLLM or retrain without --norm-before-residual")
                              + said)
-    return Check("vllm_norm_flags", True, value=True,
+    return Check("vllm_norm_flags", True, value=True, from_table=True,
                  message="FALLBACK (no vLLM here to ask): the drafter needs "
                          "norm_before_residual" + said + "; make sure the serving vLLM's "
                          "llama_eagle3.py reads it (builds that ignore it run another "

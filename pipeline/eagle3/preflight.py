@@ -31,7 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.actions import StageResult, make_parser, run_action
+from pipeline.actions import (
+    PASS,
+    TABLE_CHECKS,
+    StageResult,
+    check_status,
+    make_parser,
+    run_action,
+    table_note,
+)
 from pipeline.errors import ActionError
 from pipeline.vllm.compat import compat_checks
 from pipeline.vllm.model_files import ModelFiles, read_model, text_config
@@ -242,6 +250,7 @@ def run(args: argparse.Namespace) -> StageResult:
     result.checks += compat
     result.metrics["vllm_version"] = answer.get("version")
     result.metrics["vllm_compat_source"] = answer.get("source")
+    result.metrics[TABLE_CHECKS] = sum(1 for c in compat if c.from_table)
     _model_checks(result, target, draft)
 
     gpus, how = find_gpus()
@@ -267,8 +276,11 @@ def run(args: argparse.Namespace) -> StageResult:
         result.check("log_disk", False, value=None, message=f"cannot use {args.log_dir}: {exc}")
 
     failed = [c.name for c in result.checks if not c.passed]
-    result.summary = (f"preflight: {len(result.checks) - len(failed)}/{len(result.checks)} "
-                      "checks passed" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    table = table_note(result.checks)
+    passed = sum(1 for c in result.checks if check_status(c) == PASS)
+    result.summary = (f"preflight: {passed}/{len(result.checks)} checks passed"
+                      + (f"; failed: {', '.join(failed)}" if failed else "")
+                      + (f"; {table}" if table else ""))
     return result
 
 

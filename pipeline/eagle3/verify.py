@@ -43,9 +43,11 @@ from typing import Any
 from pipeline.actions import (
     StageResult,
     add_bool_arg,
+    check_status,
     json_arg,
     make_parser,
     print_checks,
+    table_note,
     write_result,
 )
 from pipeline.eagle3.placement import add_placement_args
@@ -158,7 +160,7 @@ def run(args: argparse.Namespace, log: Any = None) -> StageResult:
     result.checks += compat
     result.metrics.update(compat_metrics)
     log(f"[verify] compatibility ({compat_metrics['vllm_compat_source']}): "
-        + ", ".join(f"{c.name} {'ok' if c.passed else 'FAILED'}" for c in compat))
+        + ", ".join(f"{c.name} {_word(c)}" for c in compat))
 
     functional: list[Any] = []
     headline = ""
@@ -173,8 +175,14 @@ def run(args: argparse.Namespace, log: Any = None) -> StageResult:
     result.artifacts.append(str(checkpoint))
     failed = [c.name for c in result.checks if not c.passed]
     tail = f"failed: {', '.join(failed)}" if failed else "all checks passed"
+    table = table_note(result.checks)
+    tail += f"; {table}" if table else ""
     result.summary = f"{headline}; {tail}" if headline else f"verify: {tail}"
     return result
+
+
+def _word(c: Any) -> str:
+    return {"PASS": "ok", "FAIL": "FAILED", "TABLE": "from the table"}[check_status(c)]
 
 
 def _functional(args: argparse.Namespace, checkpoint: Path, layout: Any,

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pipeline.actions import BUILTIN_ACTIONS, gate_problem
+from pipeline.actions import BUILTIN_ACTIONS, REQUIRE_VLLM, gate_problem
 from pipeline.errors import SpecError
 from pipeline.served_gates import (
     SERVED_KEYS,
@@ -225,7 +225,10 @@ def _check_gate(stage: Stage, at: str, fail: Any) -> None:
         problem = gate_problem(stage.action or "", key)
         if problem:
             fail(where, problem)
-        if key in SERVED_KEYS:
+        if key == REQUIRE_VLLM:
+            if not isinstance(value, bool):
+                fail(where, f"expected true or false, got {value!r}")
+        elif key in SERVED_KEYS:
             try:
                 served_levels(value) if key == SERVED_SPEEDUP else tau_gap_form(value)
             except GateFormError as exc:
@@ -233,8 +236,8 @@ def _check_gate(stage: Stage, at: str, fail: Any) -> None:
             unmeasured = unmeasured_level(stage) if key == SERVED_SPEEDUP else None
             if unmeasured:
                 fail(where, unmeasured)
-        elif isinstance(value, dict) or (isinstance(value, list) and
-                                         any(isinstance(v, dict) for v in value)):
+        elif isinstance(value, (dict, bool)) or (isinstance(value, list) and
+                                                 any(isinstance(v, dict) for v in value)):
             fail(where, f"expected a number or a list of numbers, got {value!r}")
 
 

@@ -73,13 +73,15 @@ def _number(value: object) -> float:
     return float(value)
 
 
-def _threshold(value: object) -> float | list[float] | dict[str, Any] | list[dict[str, Any]]:
+def _threshold(value: object
+               ) -> float | list[float] | dict[str, Any] | list[dict[str, Any]] | bool:
     """A gate threshold: a number, or a list of numbers (one per position, e.g.
     ``min_position_acceptance: [0.6, 0.4, 0.2]``); the keys on served numbers take a
-    mapping or a list of them (``min_served_speedup: {at: 1, min: 1.3}``), which
-    :func:`pipeline.spec.load._check_gate` validates with the key in hand."""
-    if isinstance(value, dict) or (isinstance(value, list) and value
-                                   and all(isinstance(v, dict) for v in value)):
+    mapping or a list of them (``min_served_speedup: {at: 1, min: 1.3}``), and
+    ``require_vllm`` true or false, which :func:`pipeline.spec.load._check_gate` validates
+    with the key in hand."""
+    if isinstance(value, (dict, bool)) or (isinstance(value, list) and value
+                                           and all(isinstance(v, dict) for v in value)):
         return value  # type: ignore[return-value]
     if isinstance(value, list):
         if not value:
@@ -96,7 +98,7 @@ PriorityName = Annotated[Literal["high", "medium", "low"], BeforeValidator(_prio
 StrList = Annotated[list[StrictStr], BeforeValidator(_as_list)]
 EnvMap = Annotated[dict[str, StrictStr], BeforeValidator(_env_values)]
 Number = Annotated[float, BeforeValidator(_number)]
-Threshold = Annotated[float | list[float] | dict[str, Any] | list[dict[str, Any]],
+Threshold = Annotated[StrictBool | float | list[float] | dict[str, Any] | list[dict[str, Any]],
                       BeforeValidator(_threshold)]
 
 

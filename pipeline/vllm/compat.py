@@ -25,7 +25,8 @@ the answer come from :data:`FALLBACK_TABLE`, the rules as found in vLLM's source
 evidence cited and every answer labelled as a fallback.
 
 It returns named :class:`pipeline.actions.Check` s: ``vllm_installed``,
-``vllm_eagle3_target``, ``vllm_eagle3_drafter``. The preflight stage and the checkpoint
+``vllm_eagle3_target``, ``vllm_eagle3_drafter`` (the last two ``from_table`` when the table
+answered: shown as TABLE, not PASS). The preflight stage and the checkpoint
 verification use them. Standard library only.
 """
 
@@ -342,7 +343,8 @@ def compat_checks(target_config: Mapping[str, Any], draft_config: Mapping[str, A
                               "draft": None if draft_config is None else dict(draft_config)},
                      timeout)["compat"]
     checks = [installed_check(answer, python)]
-    if not answer.get("installed"):
+    table = not answer.get("installed")
+    if table:
         if version is None and command:
             version = package_version(command)
         answer = {**fallback_answer(version, target_config, draft_config),
@@ -357,10 +359,12 @@ def compat_checks(target_config: Mapping[str, Any], draft_config: Mapping[str, A
                         expected=t["rule"].get("list") or t["rule"].get("kind"),
                         message=t["reason"] + (advice if t["accepted"] is False else "")
                         + ("" if t["accepted"] is not None else " (could not decide: "
-                                                                "vLLM decides at load)")))
+                                                                "vLLM decides at load)"),
+                        from_table=table))
     if draft_config is not None:
         d = answer["draft"]
         checks.append(Check("vllm_eagle3_drafter", d["accepted"] is not False,
                             value=d.get("value"), expected=d.get("expected"),
-                            message=d["reason"] + (f"; {d['hint']}" if d.get("hint") else "")))
+                            message=d["reason"] + (f"; {d['hint']}" if d.get("hint") else ""),
+                            from_table=table))
     return checks, dict(answer)

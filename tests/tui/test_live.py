@@ -80,15 +80,15 @@ async def test_removed_todo_moves_the_cursor_to_its_neighbour(campaign: Campaign
 
 
 async def test_live_log_tail_follows_new_output(campaign: Campaign) -> None:
-    from textual.widgets import Log
+    from tui.widgets.logtail import LogTail
 
     store, sid = campaign.store, campaign.session_id
     app = campaign.app()
     async with app.run_test(size=(140, 40)) as pilot:
         await app.settled()
         await pilot.press("2")
-        log = app.screen.query_one(Log)
-        assert await wait_until(pilot, lambda: log.line_count >= 10)
+        log = app.screen.query_one(LogTail)
+        assert await wait_until(pilot, lambda: len(log.lines) >= 10)
         run = next(r for r in store.runs(sid, todo_id=6) if r.state == "running")
         _, end = store.log(run.id)
         with store.write(sid, "runner") as tx:

@@ -107,3 +107,68 @@ async def test_help_lists_movement_and_how_to_close(campaign: Campaign) -> None:
         await pilot.press("q")
         await pilot.pause()
         assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_the_log_tab_wraps_long_lines_and_wraps_them_again_on_resize(
+        campaign: Campaign) -> None:
+    from tui.widgets.logtail import LogTail
+
+    store, sid = campaign.store, campaign.session_id
+    long = ("loading shards from /data/eagle3/runs/r8/hidden/shard-00017.safetensors: "
+            "done, 65536 tokens, the last figure at the very end 0.8813")
+    run = next(r for r in store.runs(sid, todo_id=6) if r.state == "running")
+    _, end = store.log(run.id)
+    with store.write(sid, "runner") as tx:
+        tx.append_log(run.id, end, "\n" + long + "\n")
+    app = campaign.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        lines = await shown(app, pilot, 6, "2")
+        tail = app.screen.query_one(LogTail)
+        assert long in tail.lines
+        text = "\n".join(lines)
+        assert "0.8813" in text, text  # the end of the line is on the screen
+
+        def rows_of_long() -> list[str]:
+            from textual.widgets import RichLog
+
+            log = tail.query_one(RichLog)
+            width = log.scrollable_content_region.width
+            rows = [s.text.rstrip() for s in log.lines]
+            assert all(len(r) <= width for r in rows), (width, rows)
+            start = next(i for i, r in enumerate(rows) if r.startswith("loading shards"))
+            stop = next(i for i, r in enumerate(rows) if r.endswith("0.8813")) + 1
+            # the rows hold the whole line, in order (wrapped at spaces, or within a word)
+            assert "".join(rows[start:stop]).replace(" ", "") == long.replace(" ", "")
+            return rows[start:stop]
+
+        narrow = rows_of_long()
+        assert len(narrow) > 2
+        await pilot.resize_terminal(160, 30)
+        await app.settled()
+        await pilot.pause()
+        wide = rows_of_long()
+        assert len(wide) < len(narrow)
+
+
+async def test_toasts_leave_the_detail_panes_last_lines_visible(campaign: Campaign) -> None:
+    from textual.widgets import TabbedContent
+
+    app = campaign.app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await shown(app, pilot, 8)
+        pane = app.screen.query_one(DetailPane)
+        tabs = pane.query_one(TabbedContent)
+        full = tabs.region
+        for i in range(3):
+            app.notify(f"t{i} is already completed; nothing changed", severity="warning")
+        await pilot.pause(0.3)
+        await pilot.pause()
+        toasts = list(app.screen.query("Toast"))
+        assert len(toasts) == 3
+        top = min(t.region.y for t in toasts)
+        assert tabs.region.bottom <= top < full.bottom  # the pane ends above them
+        board = app.screen.query_one(Board)
+        assert all(t.region.x >= board.region.right for t in toasts)  # never over the board
+        app.clear_notifications()
+        await pilot.pause(0.8)
+        assert tabs.region == full  # and has its lines back once they are gone

@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -67,12 +68,20 @@ class WebServer:
             [sys.executable, "-m", "harness", "--db", str(campaign.path), "--session",
              campaign.name, "tui", "--web", "--port", str(self.port), *args],
             cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True)
+            start_new_session=True, text=True)
+        # What it prints, as it prints it (stdout and stderr in one list, line by line).
+        self.printed: list[str] = []
+        self._readers = [threading.Thread(target=self._read, args=(pipe,), daemon=True)
+                         for pipe in (self.proc.stdout, self.proc.stderr)]
+        for reader in self._readers:
+            reader.start()
         deadline = time.monotonic() + 90  # a busy 2-core machine starts Python slowly
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                _out, err = self.proc.communicate()
-                raise AssertionError(f"the server exited {self.proc.returncode}: {err!r}")
+                for reader in self._readers:
+                    reader.join(10)
+                raise AssertionError(f"the server exited {self.proc.returncode}: "
+                                     f"{self.printed!r}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     return
@@ -80,9 +89,25 @@ class WebServer:
                 time.sleep(0.2)
         raise AssertionError("the server did not listen within 90 s")
 
+    def _read(self, pipe: Any) -> None:
+        for line in pipe:
+            self.printed.append(line.rstrip("\n"))
+
+    def banner(self) -> list[str]:
+        """What it printed once listening (it says `open:` last, when the port is bound)."""
+        deadline = time.monotonic() + 30
+        while not any(line.startswith("open: ") for line in self.printed):
+            assert time.monotonic() < deadline, f"no `open:` line: {self.printed!r}"
+            time.sleep(0.1)
+        time.sleep(0.5)  # anything printed right after it
+        return list(self.printed)
+
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
+        """The URL the banner gives (the one a person copies into the browser)."""
+        (url,) = [line.removeprefix("open: ") for line in self.banner()
+                  if line.startswith("open: ")]
+        return url
 
     def request(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -151,7 +176,7 @@ def _open_board(pw: Any, server: WebServer, screen: PageScreen) -> tuple[Any, An
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.on("websocket", screen.attach)
-        page.goto(server.url + f"?token={TOKEN}")
+        page.goto(server.url)  # as printed: with the token
     except BaseException:
         browser.close()
         raise
@@ -232,6 +257,29 @@ def test_the_charts_in_chromium(server: WebServer, campaign: Campaign, tmp_path:
                   screen.text)
         finally:
             browser.close()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_the_banner_shows_only_urls_that_work_each_with_its_token(campaign: Campaign,
+                                                                  host: str) -> None:
+    """textual-serve's own banner (its URL has no token: 403) is not shown; every URL the
+    server prints opens the board, and none is printed before the port is bound."""
+    server = WebServer(campaign, "--token", TOKEN, "--host", host)
+    try:
+        lines = server.banner()
+        urls = [w.rstrip(".,;:)") for line in lines for w in line.split()
+                if w.startswith("http")]
+        assert urls == [f"http://127.0.0.1:{server.port}/?token={TOKEN}"], lines
+        for url in urls:
+            parts = urlsplit(url)
+            assert server.request(f"{parts.path}?{parts.query}")[0] == 200
+        assert not [line for line in lines if "Serving" in line or "textual" in line.lower()]
+        assert any(line.startswith(f"serving session {campaign.name!r}") for line in lines)
+        time.sleep(0.5)
+        # the token is printed once, in its URL: no access log repeats it
+        assert [line for line in server.printed if TOKEN in line] == [f"open: {urls[0]}"]
+    finally:
+        server.stop()
 
 
 def _ws_headers(origin: str, cookie: str | None) -> dict[str, str]:

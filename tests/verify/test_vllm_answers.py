@@ -64,6 +64,12 @@ def test_verify_with_vllm_python_from_another_directory(good, standin_python, tm
     # comes from the table, and says why.
     assert by["vllm_weights"]["passed"]
     assert "could not be asked" in by["vllm_weights"]["message"]
+    # ...and so it alone is shown apart from what vLLM answered
+    assert [n for n, c in by.items() if c["from_table"]] == ["vllm_weights"]
+    out = json.loads(r.stdout)["result"]
+    assert out["metrics"]["vllm_checks_from_table"] == 1
+    assert out["summary"].endswith("all checks passed; 1 vLLM check from the table: install "
+                                   "vLLM to check it for real")
     assert not list(elsewhere.iterdir())  # nothing left behind in the caller's directory
 
 

@@ -2,7 +2,9 @@
 and the gate's verdict; earlier attempts stay selectable.
 
 A result is :class:`state.fold.VerificationState`: ``checks`` is a list of
-``{name, passed, value, expected, message}``, ``metrics`` holds e.g.
+``{name, passed, value, expected, message, from_table}`` (a check that passed only by a
+table of known behaviour, not checked, shows as ``table`` in yellow, and the verdict says
+how many there are), ``metrics`` holds e.g.
 ``acceptance_per_position`` (a list of rates), ``tau`` (mean acceptance length) and the
 speed: a benchmark's served ``speedup_c<N>``, or the verify stage's reference-loop figures
 (``reference_speedup_bound``, ``projected_speedup``: upper bounds, labelled as such), and
@@ -25,7 +27,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from harness.charts.model import Chart, served_chart
-from harness.gates import gate_items
+from harness.gates import FAIL, TABLE, check_status, gate_items
 from harness.render import safe_line
 from harness.served_view import Comparison, reference_bound
 from state.fold import VerificationState
@@ -118,6 +120,9 @@ def report(v: VerificationState, width: int = 100,
     verdict.append("  ")
     verdict.append_text(block(v.verdict))
     out.add_row(verdict)
+    unchecked = table_line(v.checks)
+    if unchecked is not None:
+        out.add_row(unchecked)
     where = Text(style="dim")
     where.append(f"{v.kind}")
     if v.artifact:
@@ -210,6 +215,28 @@ def comparison_table(c: Comparison) -> Table:
     return table
 
 
+_STATUS_CELL = {"PASS": ("pass", "bold green"), FAIL: ("FAIL", "bold red"),
+                TABLE: ("table", "bold yellow")}
+
+
+def status_cell(check: dict[str, Any]) -> Text:
+    """``pass``, ``FAIL`` or ``table`` (passed only by a table of known behaviour)."""
+    word, style = _STATUS_CELL[check_status(check)]
+    return Text(word, style=style)
+
+
+def table_line(checks: list[dict[str, Any]]) -> Text | None:
+    """``5 checks from the table, not checked: vllm_source, ...`` (None: every check was
+    made), in the warning colour: a PASSED verdict with these was not all checked."""
+    names = [str(c.get("name", "?")) for c in checks if check_status(c) == TABLE]
+    if not names:
+        return None
+    out = Text(f"{len(names)} check{'s' if len(names) != 1 else ''} from the table, not "
+               "checked: ", style="yellow")
+    out.append(safe_line(", ".join(names)), style="yellow")
+    return out
+
+
 def verdict_badge(v: VerificationState) -> Text:
     return Text(" PASSED " if v.passed else " FAILED ",
                 style="bold white on dark_green" if v.passed else "bold white on red3")
@@ -246,9 +273,7 @@ def checks_table(checks: list[dict[str, Any]], *, compact: bool = False) -> Tabl
         table.add_column(Text("verdict"), no_wrap=True)
         table.add_column(Text("check"), overflow="fold", ratio=1)
         for c in checks:
-            ok = bool(c.get("passed"))
-            table.add_row(Text("pass" if ok else "FAIL",
-                               style="bold green" if ok else "bold red"),
+            table.add_row(status_cell(c),
                           Text(safe_line(str(c.get("name", "?"))), style="bold"))
             figures = Text(f"measured {number(c.get('value'))}", style="dim")
             if c.get("expected") is not None:
@@ -265,8 +290,7 @@ def checks_table(checks: list[dict[str, Any]], *, compact: bool = False) -> Tabl
     table.add_column(Text("measured"), overflow="fold", ratio=1)
     table.add_column(Text("expected"), overflow="fold", ratio=1)
     for c in checks:
-        ok = bool(c.get("passed"))
-        table.add_row(Text("pass" if ok else "FAIL", style="bold green" if ok else "bold red"),
+        table.add_row(status_cell(c),
                       Text(safe_line(str(c.get("name", "?")))),
                       Text(number(c.get("value"))), Text(number(c.get("expected"))))
         if c.get("message"):
@@ -290,6 +314,9 @@ def latest_summary(results: tuple[VerificationState, ...]) -> Table | None:
     if len(results) > 1:
         head.append(f"  ({len(results)} attempts)", style="dim")
     out.add_row(head)
+    unchecked = table_line(v.checks)
+    if unchecked is not None:
+        out.add_row(unchecked)
     if v.gate:
         out.add_row(gate_table(v.gate, v.metrics, compact=True))
     else:
