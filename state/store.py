@@ -25,7 +25,7 @@ from typing import Any
 
 from state.connection import Connections, normalize_url, notify_sql, sqlite_path
 from state.errors import InvalidChange, ReadOnlyStore, SchemaTooNew, StoreError, StoreUnavailable
-from state.fold import TodoState
+from state.fold import Event, TodoState
 from state.readers import Readers, SessionInfo
 from state.sql import SQL
 from state.tx import SNAPSHOT_EVERY, Tx
@@ -365,6 +365,37 @@ class Store(Readers):
         with self.write_new(name, actor=actor, pipeline=pipeline, parent_id=parent_id,
                             fork_n=fork_n, ts=ts) as tx:
             return tx.session_id
+
+    # -- leases (state/leases.py) ------------------------------------------------------------
+    def expire_lapsed(self, session_id: int, actor: str = "human") -> list[Event]:
+        """End the session's leases that have run out, in a write transaction of their own
+        (by ``actor``, who noticed), and return the events; none: no write at all.
+
+        What a read that shows leases calls first. A store this user may not write (a
+        read-only file, a PostgreSQL role without the grants) is left as it is: the
+        reader shows those leases as run out, and the next writer ends them.
+        """
+        now, earliest, _held = self.lease_check(session_id)
+        if earliest is None or earliest > now or self.read_only is not None:
+            return []
+        try:
+            with self.write(session_id, actor) as tx:
+                return tx.expired
+        except StoreError as exc:
+            if exc.message.startswith("not allowed"):
+                return []
+            raise
+
+    def renew_leases(self, session_id: int, actor: str) -> int:
+        """Renew the leases ``actor`` holds in the session that have not run out: one
+        UPDATE under the write lock, no event. Returns how many it renewed."""
+        with self._locked() as cur:
+            cur.execute(self._q["renew_leases"], (session_id, actor))
+            return max(cur.rowcount, 0)
+
+    def lapsed_sessions(self) -> list[int]:
+        """The sessions that have a lease which ran out (for ``harness sweep``)."""
+        return [r[0] for r in self._all(self._q["lapsed_sessions"])]
 
     # -- change detection ------------------------------------------------------------------
     def watch(self) -> Any:

@@ -29,6 +29,7 @@ from state.fold import (
     TodoState,
     VerificationState,
     apply,
+    claim_of,
 )
 from state.sql import (
     MULTI_ROW_MAX,
@@ -88,6 +89,12 @@ class Tx:
         self.emitted = 0
         self._wrote = False  # a write that is not an event (agent view, session pipeline)
         self._view_writes: dict[str, tuple[str, str]] = {}
+        # Leases (state/leases.py): the store's clock as of the lock, what this
+        # transaction's events did to leased claims (todo -> new claim, or None: ended),
+        # and the leases that ran out and were ended here.
+        self.now = 0.0
+        self._lease_changes: dict[int, tuple[str, float, str] | None] = {}
+        self.expired: list[Event] = []
         self._load()
 
     # -- loading -------------------------------------------------------------------------
@@ -98,8 +105,10 @@ class Tx:
 
     def _load(self) -> None:
         sid = self.session_id
-        self._cur.execute(self._q["load_tops"], (sid, sid, sid, self.actor))
-        seq, n, top, self._views[self.actor] = self._cur.fetchone()
+        self._cur.execute(self._q["load_tops"], (sid, sid, sid, self.actor, sid, sid,
+                                                 self.actor))
+        seq, n, top, self._views[self.actor], now, earliest, held = self._cur.fetchone()
+        self.now = float(now)
         self._seq = seq or 0
         n = n or 0
         cached = self.store._todo_cache.pop(sid, None)
@@ -114,6 +123,15 @@ class Tx:
         self.state = SessionState(session_id=sid, n=n, next_num=next_num, todos=todos)
         self._start_n = n
         self._existing_todos = set(todos)
+        if earliest is not None and earliest <= self.now:
+            from state.leases import expire_lapsed
+
+            self.expired = expire_lapsed(self)
+        if held:
+            # Any write by the holder is a sign of life: its leases (those that have not
+            # run out, just ended above) start again from now.
+            self._cur.execute(self._q["renew_leases_at"],
+                              (self.now, self.now, sid, self.actor, self.now))
 
     def fetch_one(self, sql: str, *args: Any) -> Any:
         """One row of a query (``?`` placeholders) inside this transaction, or None."""
@@ -157,8 +175,14 @@ class Tx:
         ev = Event(seq=self._seq, session_id=self.session_id, n=self.state.n + 1,
                    ts=ts or utcnow(), actor=actor, kind=kind, todo_id=todo_id,
                    payload=payload, ref=ref)
+        before = self.state.todos.get(todo_id) if todo_id is not None else None
         for key in apply(self.state, ev):
             self._touched[key] = None
+        if todo_id is not None and kind.startswith("todo."):
+            after = self.state.todos.get(todo_id)
+            claim = claim_of(after) if after is not None else None
+            if claim != (claim_of(before) if before is not None else None):
+                self.lease_changed(todo_id, claim)
         self.events.append(ev)
         self._payloads.append(text_)
         self.emitted += 1
@@ -174,6 +198,11 @@ class Tx:
             self._new_ids[table] = self._one(f"max_id_{table}") or 0
         self._new_ids[table] += 1
         return self._new_ids[table]
+
+    def lease_changed(self, num: int, claim: tuple[str, float, str] | None) -> None:
+        """Todo ``num`` gained the leased ``claim`` (holder, seconds, claimed at), or lost
+        its lease (None): its ``leases`` row is written or removed with the events."""
+        self._lease_changes[num] = claim
 
     # -- todo primitives: validated, and silent when nothing changes ----------------------
     def create_todo(self, content: str, *, status: str = "pending", priority: str = "medium",
@@ -221,6 +250,13 @@ class Tx:
                 value = list(value)
             if getattr(todo, name) != value:
                 diff[name] = [getattr(todo, name), value]
+        if (todo.claimed_by is not None and "status" in diff and diff["status"][1] != "in_progress"
+                and "claimed_by" not in diff):
+            # Said in the event, not only done by the fold: the history shows whose
+            # claim a change of status ended.
+            diff["claimed_by"] = [todo.claimed_by, None]
+            if todo.lease_s is not None:
+                diff["lease_s"] = [todo.lease_s, None]
         if diff:
             self.emit("todo.updated", todo_id=num, payload={"changes": diff}, ts=ts, ref=ref)
         return diff
@@ -296,6 +332,11 @@ class Tx:
             self._cur.execute(self._q["upsert_meta"],
                               (f"pipeline_spec:{self.session_id}", spec_path))
 
+    def set_meta(self, key: str, value: str) -> None:
+        """A store setting that is not history (a session's default claim lease)."""
+        self._wrote = True
+        self._cur.execute(self._q["upsert_meta"], (key, value))
+
     # -- agent views (the base of the three-way merge) ----------------------------------
     def agent_view_text(self, actor: str) -> str | None:
         """The stored view of ``actor`` as JSON text (callers parse and may cache it)."""
@@ -334,6 +375,12 @@ class Tx:
             cur.executemany(q["insert_snapshot"], self._snapshots)
         if self._sources:
             cur.executemany(q["insert_source"], self._sources)
+        for num, claim in self._lease_changes.items():
+            if claim is None:
+                cur.execute(q["delete_lease"], (self.session_id, num))
+            else:
+                cur.execute(q["upsert_lease"], (self.session_id, num, claim[0], claim[1],
+                                                self.now, self.now + claim[1]))
         notify = self.store._notify
         if notify and (self.events or self._logs or self._wrote):
             cur.execute(notify, (str(self._seq),))
@@ -352,6 +399,7 @@ class Tx:
         self._snapshots = []
         self._sources = []
         self._view_writes = {}
+        self._lease_changes = {}
 
     def _flush_events(self) -> None:
         q, cur, sid = self._q, self._cur, self.session_id
