@@ -38,6 +38,25 @@ def parse_id(text: str | int) -> int:
     return int(m.group(1))
 
 
+NO_LEASE = 0.0  # "--lease none": a claim without a lease, whatever the session's default
+
+
+def parse_lease(value: object, where: str = "--lease") -> float:
+    """Seconds of a lease as people and models write it (``15m``, ``90s``, ``1h30m``, a
+    number of seconds); ``none``/``off``/``0``: no lease (:data:`NO_LEASE`)."""
+    from pipeline.spec.durations import parse_duration  # the spec's own durations
+
+    if isinstance(value, str) and value.strip().lower() in ("none", "off", "never", "0"):
+        return NO_LEASE
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+        return NO_LEASE
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise InputError(f"{exc} (or `none` for a claim that never expires)",
+                         where=where) from None
+
+
 def add(store: Store, session_id: int, content: str, *, priority: str = "medium",
         stage: str | None = None, depends_on: Sequence[str | int] = (),
         move_stage: bool = False, actor: str = HUMAN, origin: str = "human") -> TodoState:

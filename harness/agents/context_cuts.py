@@ -18,6 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from harness.agents.leases import renew
 from harness.agents.notice import seen_now, take
 from harness.context import Harness
 from state.store import Tx
@@ -55,8 +56,11 @@ def additional_context(event: str, text: str) -> str:
 
 def notice_answer(harness: Harness, event: str, actor: str) -> str | None:
     """What others changed since the agent last saw the list, as the answer to ``event``
-    (None: nothing new, and nothing is printed)."""
-    notice = take(harness.store, harness.session(create=True).id, actor)
+    (None: nothing new, and nothing is printed). The hook is the agent's heartbeat first:
+    its leases are renewed, and one that ran out is ended and told in this notice."""
+    sid = harness.session(create=True).id
+    renew(harness.store, sid, actor)
+    notice = take(harness.store, sid, actor)
     return None if notice is None else additional_context(event, notice.text())
 
 

@@ -37,9 +37,12 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     if kind == "session.compacting":
         return compacting(harness, props, actor=actor)
     if kind == "tool.after":
+        from harness.agents.leases import renew
         from harness.agents.notice import take
 
-        notice = take(harness.store, harness.session(create=True).id, actor)
+        sid = harness.session(create=True).id
+        renew(harness.store, sid, actor)  # a tool call is a sign of life
+        notice = take(harness.store, sid, actor)
         return notice.text() if notice is not None else None
     from harness.agents.todolist import todowrite
 
