@@ -17,6 +17,7 @@ tests/test_cli_latency_imports.py).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from functools import cached_property
@@ -156,6 +157,9 @@ class Store(Readers):
         self._notify = notify_sql(self.dialect)
         # session id -> (last event number, todos) as of this process's last commit there.
         self._todo_cache: dict[int, tuple[int, dict[int, TodoState]]] = {}
+        # (session, actor) -> when (monotonic) a write transaction of this process by that
+        # actor last ended what ran out there and renewed the actor's leases.
+        self._leases_seen: dict[tuple[int, str], float] = {}
         self.created = False  # whether :meth:`open` created this store
 
     @classmethod
@@ -385,6 +389,13 @@ class Store(Readers):
             if exc.message.startswith("not allowed"):
                 return []
             raise
+
+    def leases_checked(self, session_id: int, actor: str, within: float) -> bool:
+        """Whether a write by ``actor`` in this process ended what ran out in the session
+        and renewed its leases less than ``within`` seconds ago (a hook that wrote need not
+        heartbeat again)."""
+        at = self._leases_seen.get((session_id, actor))
+        return at is not None and time.monotonic() - at < within
 
     def renew_leases(self, session_id: int, actor: str) -> int:
         """Renew the leases ``actor`` holds in the session that have not run out: one

@@ -13,6 +13,7 @@ It uses the DB-API connection directly: the ORM's unit of work costs ~20x a raw 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -54,6 +55,7 @@ class TxStore(Protocol):
     _q: dict[str, str]
     _notify: str | None
     _todo_cache: dict[int, tuple[int, dict[int, TodoState]]]
+    _leases_seen: dict[tuple[int, str], float]
 
     def _sql(self, sql: str) -> str: ...
 
@@ -132,6 +134,7 @@ class Tx:
             # run out, just ended above) start again from now.
             self._cur.execute(self._q["renew_leases_at"],
                               (self.now, self.now, sid, self.actor, self.now))
+        self.store._leases_seen[(sid, self.actor)] = time.monotonic()
 
     def fetch_one(self, sql: str, *args: Any) -> Any:
         """One row of a query (``?`` placeholders) inside this transaction, or None."""

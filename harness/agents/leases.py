@@ -32,6 +32,8 @@ from state.sql import EVENT_COLS, LEASE_COLS, event_from_row
 from state.store import Store, Tx
 
 SETTING = "claim-lease"
+# A write by the agent this long ago in this process was its heartbeat already.
+RECENT = 1.0
 # The mark of the expiries `harness heartbeat` has told an agent of (an agent view).
 TOLD_SUFFIX = "/leases"
 
@@ -76,8 +78,8 @@ def renew(store: Store, session_id: int, actor: str) -> None:
     No write at all when it holds nothing and nothing ran out (one indexed read). A store
     this user may not write is left alone (a read-only copy, a role without the grants).
     """
-    if store.read_only is not None:
-        return
+    if store.read_only is not None or store.leases_checked(session_id, actor, RECENT):
+        return  # the call's own write did it (a hook's todo change, a claim)
     now, earliest, held = store.lease_check(session_id, actor)
     try:
         if earliest is not None and earliest <= now:

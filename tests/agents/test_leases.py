@@ -289,3 +289,20 @@ def test_the_race_judge_sees_double_holds_and_live_sweeps(db_path: Path) -> None
     judge(url, logs, set(), report)
     assert report.double_holds == 1 and report.live_sweeps == 1
     assert report.completed == 0 and len(report.problems) == 3
+
+
+def test_rebuild_keeps_one_lease_per_leased_claim(cli, store: Store) -> None:
+    sid = seed(store, ("one", "high"), ("two", "medium"))
+    next_ready(store, sid, claim=True, actor="w1", lease=600)
+    with store._locked() as cur:
+        cur.execute(store._q["delete_lease"], (sid, 1))
+        cur.execute(store._q["upsert_lease"], (sid, 2, "agent:ghost", 5.0, 0.0, 5.0))
+    bad = cli(["rebuild", "--check"])
+    assert bad.code == 1
+    assert "session default: lease of t1: missing for agent:w1's claim" in bad.out
+    assert "session default: lease of t2: stored, but the events give t2 no leased claim" \
+        in bad.out
+    assert cli(["rebuild"]).code == 0
+    _now, leases = store.leases(sid)
+    assert list(leases) == [1] and leases[1].holder == "agent:w1"
+    assert cli(["rebuild", "--check"]).code == 0
