@@ -15,6 +15,11 @@ Two projects, the same script, in the same run: one with the hooks ``harness hoo
 claude-code install`` writes, and a baseline with the same events hooked to ``cat
 >/dev/null`` (what any command hook costs inside Claude Code). The table gives each hook
 event's median for both, and the ratio.
+
+Agents hold leased claims (issue 35): in the harness project Claude Code holds one (an
+hour's lease, claimed before the run), so every hook renews it. ``--before REF`` adds a
+third project whose hooks run the code of git revision REF (holding the same claim, as
+that code can: without a lease), and the table a column for it.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from tests.agents.real.anthropic_server import (  # noqa: E402
     Request,
     ToolCall,
 )
-from tests.agents.real.claude_run import ClaudeProject  # noqa: E402
+from tests.agents.real.claude_run import PROJECT, ClaudeProject  # noqa: E402
 
 
 def script(rounds: int):  # type: ignore[no-untyped-def]
@@ -85,11 +90,18 @@ def timed_run(project: ClaudeProject) -> dict[str, list[float]]:
     return out
 
 
-def project(tmp: Path, rounds: int, baseline: bool) -> tuple[AnthropicServer, ClaudeProject]:
+def project(tmp: Path, rounds: int, baseline: bool, code: Path = ROOT,
+            lease: bool = True) -> tuple[AnthropicServer, ClaudeProject]:
     answer, limit = script(rounds)
     api = AnthropicServer(answer, max_requests=limit)
     api.__enter__()
-    claude = ClaudeProject(tmp, api)
+    claude = ClaudeProject(tmp, api, PYTHONPATH=str(code))
+    if not baseline:
+        # Claude Code holds a claim in the session its hooks use, as a worker would.
+        claude.harness("session", "new", PROJECT, "--no-use")
+        claude.person("add", "held by Claude Code", "-p", "high")
+        claude.person("next", "--claim", "--actor", "claude-code",
+                      *(["--lease", "1h"] if lease else []))
     if baseline:
         settings = claude.dir / ".claude" / "settings.json"
         doc = json.loads(settings.read_text())
@@ -105,13 +117,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15,
                     help="TaskUpdate + TaskList rounds per run (default 15)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--before", metavar="REF",
+                    help="also run the hooks with the code of git revision REF")
     args = ap.parse_args()
     results: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="claude-hook-bench-") as tmp:
-        for name, baseline in (("baseline", True), ("harness", False)):
+        runs: list[tuple[str, bool, Path]] = [("baseline", True, ROOT), ("harness", False, ROOT)]
+        if args.before:
+            from before_tree import export_tree
+
+            runs.append(("before", False, export_tree(args.before, Path(tmp) / "before-code")))
+        for name, baseline, code in runs:
             where = Path(tmp) / name
             where.mkdir()
-            api, claude = project(where, args.rounds, baseline)
+            api, claude = project(where, args.rounds, baseline, code, lease=name == "harness")
             try:
                 results[name] = timed_run(claude)
             finally:
@@ -128,24 +147,33 @@ def main() -> None:
         if not ours or not base:
             continue
         mo, mb = statistics.median(ours), statistics.median(base)
-        rows.append({"hook": hook_name, "n": len(ours), "harness_ms": round(mo, 1),
-                     "baseline_ms": round(mb, 1), "ratio": round(mo / mb, 2) if mb else None})
+        row = {"hook": hook_name, "n": len(ours), "harness_ms": round(mo, 1),
+               "baseline_ms": round(mb, 1), "ratio": round(mo / mb, 2) if mb else None}
+        if "before" in results and results["before"].get(hook_name):
+            row["before_ms"] = round(statistics.median(results["before"][hook_name]), 1)
+        rows.append(row)
     every = [x for v in results["harness"].values() for x in v]
     every_base = [x for v in results["baseline"].values() for x in v]
     total = {"hook": "all hooks", "n": len(every),
              "harness_ms": round(statistics.median(every), 1),
              "baseline_ms": round(statistics.median(every_base), 1),
              "ratio": round(statistics.median(every) / statistics.median(every_base), 2)}
+    if "before" in results:
+        total["before_ms"] = round(statistics.median(
+            [x for v in results["before"].values() for x in v]), 1)
     rows.append(total)
     if args.json:
         print(json.dumps({"rounds": args.rounds, "rows": rows}, indent=2))
         return
     print(f"Claude Code hook latency, median ms, {args.rounds} rounds "
-          f"(baseline: the same hooks as `cat >/dev/null`)")
-    print(f"{'hook':28} {'n':>4} {'harness':>9} {'baseline':>9} {'ratio':>6}")
+          f"(baseline: the same hooks as `cat >/dev/null`"
+          + (f"; before: the hooks of {args.before}" if args.before else "") + ")")
+    before = " before" if args.before else ""
+    print(f"{'hook':28} {'n':>4} {'harness':>9} {'baseline':>9} {'ratio':>6}"
+          + (f" {before:>9}" if before else ""))
     for r in rows:
         print(f"{r['hook']:28} {r['n']:>4} {r['harness_ms']:>9} {r['baseline_ms']:>9} "
-              f"{r['ratio']:>6}")
+              f"{r['ratio']:>6}" + (f" {r.get('before_ms', ''):>9}" if before else ""))
 
 
 if __name__ == "__main__":

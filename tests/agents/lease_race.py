@@ -106,10 +106,6 @@ def agent(url: str, name: str, role: str, lease: float, work_lo: float, work_hi:
     sid = store.session_by_name(SESSION).id  # type: ignore[union-attr]
     _wait_for(go)
     silent_once = role == "silent"
-    if role == "kill":
-        # Busy (heartbeating) long enough to die holding its claim, maybe in a heartbeat's
-        # own transaction.
-        work_lo, work_hi = 2 * lease, 3 * lease
     while True:
         found = next_ready(store, sid, claim=True, actor=name, lease=lease)
         if found.todo is None:
@@ -127,7 +123,10 @@ def agent(url: str, name: str, role: str, lease: float, work_lo: float, work_hi:
             _say(ev="late", num=num, held=[x.num for x in beat.held],
                  lost=[e.todo_id for e in beat.lost])
             continue
-        until = time.monotonic() + rng.uniform(work_lo, work_hi)
+        # A victim stays busy (heartbeating) with its claim until it is killed, maybe in a
+        # heartbeat's own transaction: it dies holding it.
+        until = time.monotonic() + (float("inf") if role == "kill"
+                                    else rng.uniform(work_lo, work_hi))
         lost = False
         while time.monotonic() < until:
             time.sleep(lease / 5)
