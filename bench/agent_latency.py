@@ -5,21 +5,22 @@ each a fresh process, against `python -c pass` measured in the same run.
     .venv/bin/python bench/agent_latency.py --runs 50 --json
     .venv/bin/python bench/agent_latency.py --before main   # and the code of `main`
 
-Cases (issue 35) with leased claims: a hook of an agent that holds a lease renews it on
-every call (`hook claude-code ... holding a lease`), and every hook first checks whether
-it must (`hook claude-code, UserPromptSubmit` reads the list's news and writes nothing).
-``--before REF`` runs every case a second time with the code of git revision REF (its
-own store, as that code makes it), interleaved with the others, so the table says what
-the change costs in one run on one machine.
-
 Cases (issue 15): `harness hook claude-code` on a 30-item TodoWrite and on a TaskUpdate,
 `harness todoread --format prompt`, `harness todowrite` of 30 items; and the same
 commands through the click route (HARNESS_NO_FAST_PATH=1), which is what they cost before
 the fast route. Every write changes one status (the calls alternate between two
 payloads), so each run really writes. The runs of all cases are interleaved, so a burst
 of load on a shared machine falls on all of them alike; the table gives each case's
-median and its ratio to the baseline's median. Target: <= 120 ms median on a quiet
-machine (there, `python -c pass` takes ~15-20 ms).
+median and its ratio to the baseline's median, and the median CPU time (user + system)
+of each process, which a loaded machine disturbs less than the wall time. Target:
+<= 120 ms median on a quiet machine (there, `python -c pass` takes ~15-20 ms).
+
+Cases (issue 35) with leased claims: a hook of an agent that holds a lease renews it on
+every call (`hook claude-code ... holding a lease`), and every hook first checks whether
+it must (`hook claude-code, UserPromptSubmit` reads the list's news and writes nothing).
+``--before REF`` runs every case a second time with the code of git revision REF (its
+own store, as that code makes it), interleaved with the others, so the table says what
+the change costs in one run on one machine.
 """
 
 from __future__ import annotations
@@ -127,14 +128,16 @@ def measure(runs: int, before: str | None = None) -> list[dict[str, object]]:
                                           strict=True):
                 todo += [now_case, old_case]
         times: dict[str, list[float]] = {name: [] for name, *_ in todo}
+        cpu: dict[str, list[float]] = {name: [] for name, *_ in todo}
         for i in range(runs):
             for name, argv, stdins, case_env in todo:
                 stdin = stdins[i % len(stdins)]
-                r, dt, _cpu = timed_run(argv, stdin, case_env)
+                r, dt, used = timed_run(argv, stdin, case_env)
                 if r.returncode != 0 or b"logged to" in r.stderr:
                     raise SystemExit(f"{name} failed: {r.stderr.decode()[-500:]}")
                 times[name].append(dt)
-    return latency_rows(times)
+                cpu[name].append(used)
+    return latency_rows(times, cpu)
 
 
 def main() -> None:

@@ -26,10 +26,20 @@ def export_tree(ref: str, dest: Path) -> Path:
         raise SystemExit(f"--before {ref}: {exc.stderr.decode(errors='replace').strip()}") \
             from None
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    # Compiled now, as the checkout's own code is: no run pays for it.
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(dest)], check=True,
-                   capture_output=True)
+    # Compiled now, and the checkout's own code too: no run pays for it.
+    compile_tree(dest)
+    compile_tree(ROOT)
     return dest
+
+
+def compile_tree(root: Path = ROOT) -> None:
+    """Compile our packages under ``root`` to bytecode, as a run that may write
+    ``__pycache__`` does on its first start (a machine with PYTHONDONTWRITEBYTECODE set
+    would otherwise compile the changed modules on every start of the code as it is, and
+    not those of the exported tree)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q",
+                    *(str(root / name) for name in ("harness", "state", "pipeline", "tui"))],
+                   check=True, capture_output=True)
 
 
 def label(ref: str) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from harness.errors import InputError, UsageError
 from harness.formats import agent_status, caps_named, normalize_priority
 from state.fold import PRIORITIES, STATUS_GROUP, TodoState
+from state.leases import NO_LEASE
 from state.store import Store, Tx
 
 HUMAN = "human"
@@ -36,9 +37,6 @@ def parse_id(text: str | int) -> int:
     if not m:
         raise UsageError(f"not a todo id: {text!r} (expected something like t12)")
     return int(m.group(1))
-
-
-NO_LEASE = 0.0  # "--lease none": a claim without a lease, whatever the session's default
 
 
 def parse_lease(value: object, where: str = "--lease") -> float:

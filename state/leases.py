@@ -38,6 +38,8 @@ from state.sql import SQL
 if TYPE_CHECKING:
     from state.tx import Tx
 
+# The lease of a claim made with `--lease none`: none, whatever the session's default.
+NO_LEASE = 0.0
 # The actor of the event that ends a lease that ran out: the store's own bookkeeping,
 # never the agent that lost it, so the notice of what others changed tells that agent.
 LEASE_ACTOR = "harness"
@@ -116,5 +118,5 @@ def expired_lease(ev: Event) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-__all__ = ["LEASE_ACTOR", "Lease", "expire_lapsed", "expired_lease", "expiry_payload", "iso",
+__all__ = ["LEASE_ACTOR", "NO_LEASE", "Lease", "expire_lapsed", "expired_lease", "expiry_payload", "iso",
            "lease_from_row"]

@@ -322,9 +322,13 @@ class Store(Readers):
 
     # -- writing --------------------------------------------------------------------------
     @contextmanager
-    def write(self, session_id: int, actor: str, *, ref: str | None = None) -> Iterator[Tx]:
+    def write(self, session_id: int, actor: str, *, ref: str | None = None,
+              heartbeat: bool = True) -> Iterator[Tx]:
+        """A write transaction on the session as ``actor``. It is ``actor``'s heartbeat
+        (its leases there are renewed) unless ``heartbeat`` is False: an import writes as
+        the agent of an old transcript, which says nothing of that agent now."""
         with self._locked() as cur:
-            tx = Tx(self, cur, session_id, actor, ref)
+            tx = Tx(self, cur, session_id, actor, ref, heartbeat=heartbeat)
             yield tx
             tx._flush()
         self._todo_cache[session_id] = (tx.state.n, tx.state.todos)

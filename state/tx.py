@@ -69,7 +69,8 @@ SNAPSHOT_EVERY = 256
 class Tx:
     """One write transaction on one session. Create with :meth:`Store.write`."""
 
-    def __init__(self, store: TxStore, cur: Any, session_id: int, actor: str, ref: str | None):
+    def __init__(self, store: TxStore, cur: Any, session_id: int, actor: str, ref: str | None,
+                 *, heartbeat: bool = True):
         self.store = store
         self.session_id = session_id
         self.actor = actor
@@ -95,6 +96,7 @@ class Tx:
         # transaction's events did to leased claims (todo -> new claim, or None: ended),
         # and the leases that ran out and were ended here.
         self.now = 0.0
+        self._heartbeat = heartbeat
         self._lease_changes: dict[int, tuple[str, float, str] | None] = {}
         self.expired: list[Event] = []
         self._load()
@@ -129,6 +131,8 @@ class Tx:
             from state.leases import expire_lapsed
 
             self.expired = expire_lapsed(self)
+        if not self._heartbeat:
+            return
         if held:
             # Any write by the holder is a sign of life: its leases (those that have not
             # run out, just ended above) start again from now.

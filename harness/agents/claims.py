@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.agents.leases import NO_LEASE, session_lease
+from harness.agents.leases import session_lease
 from harness.render import duration_text, iso_time, safe_line
 from state.fold import PRIORITY_RANK, TodoState, unmet_dependencies
-from state.leases import iso
+from state.leases import NO_LEASE, iso
 from state.store import Store
 
 HUMAN = "human"

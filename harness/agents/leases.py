@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.render import duration_text, expiry_text, iso_time
-from harness.todos import NO_LEASE, parse_lease
 from state.errors import StoreError
 from state.fold import Event
-from state.leases import LEASE_ACTOR, Lease, expired_lease, iso, lease_from_row
+from state.leases import LEASE_ACTOR, NO_LEASE, Lease, expired_lease, iso, lease_from_row
 from state.sql import EVENT_COLS, LEASE_COLS, event_from_row
 from state.store import Store, Tx
 
@@ -165,6 +164,5 @@ def sweep(store: Store, session_ids: list[int] | None, *, actor: str = "human"
     return out
 
 
-__all__ = ["NO_LEASE", "SETTING", "Heartbeat", "heartbeat",
-           "lost_line", "parse_lease", "renew", "session_lease",
+__all__ = ["SETTING", "Heartbeat", "heartbeat", "lost_line", "renew", "session_lease",
            "set_session_lease", "stored_session_lease", "sweep"]

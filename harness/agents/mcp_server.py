@@ -41,7 +41,7 @@ from harness import __version__
 from harness.agents.leases import renew
 from harness.agents.logfile import log
 from harness.agents.notice import seen_now, take
-from harness.agents.todolist import live_leases, prompt_block, todo_json
+from harness.agents.todolist import prompt_block, todo_json
 from harness.agents.tools import TOOLS, Answer, ToolEnv, ToolSpec
 from harness.context import Harness
 from harness.errors import KNOWN_ERRORS, InputError, render
@@ -208,9 +208,8 @@ class HarnessMCP:
         if uri == URI_PROMPT:
             return prompt_block(todos, sess.name), "text/plain"
         by_num = {t.num: t for t in todos}
-        _now, leases = live_leases(self.harness.store, sess.id, todos)
         return json.dumps({"session": sess.name,
-                           "todos": [todo_json(t, by_num, leases) for t in todos]},
+                           "todos": [todo_json(t, by_num) for t in todos]},
                           indent=2, ensure_ascii=False), "application/json"
 
 

@@ -171,9 +171,7 @@ def todoread(store: Store, session_id: int, fmt: str = "prompt", *,
     todos = sorted(store.todos(session_id), key=lambda t: (t.position, t.num))
     if fmt == "json":
         by_num = {t.num: t for t in todos}
-        _now, leases = live_leases(store, session_id, todos)
-        return json.dumps([todo_json(t, by_num, leases) for t in todos], indent=2,
-                          ensure_ascii=False)
+        return json.dumps([todo_json(t, by_num) for t in todos], indent=2, ensure_ascii=False)
     if fmt in ("opencode", "claude", "codex"):
         caps = caps_named(fmt)
         return json.dumps(render_list(view_of(todos, caps), caps), indent=2, ensure_ascii=False)

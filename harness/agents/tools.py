@@ -18,7 +18,7 @@ from typing import Any
 
 from harness import formats
 from harness import todos as uc
-from harness.agents.todolist import live_leases, prompt_block, todo_json, todowrite
+from harness.agents.todolist import prompt_block, todo_json, todowrite
 from harness.context import Harness
 from harness.errors import InputError, NoSession, PayloadTooLarge, UsageError
 from harness.merge import view_of
@@ -193,8 +193,9 @@ def _todoread(env: ToolEnv, args: dict[str, Any]) -> Answer:
         store.expire_lapsed(sess.id)  # the server's own session: renewal did (mcp_server)
     todos = sorted(store.todos(sess.id), key=lambda t: (t.position, t.num))
     by_num = {t.num: t for t in todos}
-    _now, leases = live_leases(store, sess.id, todos)
-    data = {"session": sess.name, "todos": [todo_json(t, by_num, leases) for t in todos]}
+    # Who holds what (claimed_by), not the lease times: every key costs the agent's
+    # context on every read, and its own leases renew by themselves.
+    data = {"session": sess.name, "todos": [todo_json(t, by_num) for t in todos]}
     fmt = args.get("format", "prompt")
     if fmt == "json":
         return Answer(data)
@@ -221,7 +222,7 @@ def _todo_update(env: ToolEnv, args: dict[str, Any]) -> Answer:
 
 def _claim_next(env: ToolEnv, args: dict[str, Any]) -> Answer:
     from harness.agents.claims import next_ready, render_next
-    from harness.agents.leases import parse_lease
+    from harness.todos import parse_lease
 
     sess = env.session(args.get("session"))
     lease = parse_lease(args["lease"], "lease") if "lease" in args else None

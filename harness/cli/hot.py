@@ -192,9 +192,9 @@ def next_todo(h: Any, *, claim: bool, actor: str | None, as_json: bool,
     seconds = None
     if lease is not None:
         if not claim:
-            raise UsageError("--lease is the length of a claim: give --claim too",
+            raise UsageError("only with --claim (a lease is how long a claim lasts)",
                              where="--lease")
-        from harness.agents.leases import parse_lease
+        from harness.todos import parse_lease
 
         seconds = parse_lease(lease)
     sess = h.session()

@@ -144,8 +144,9 @@ def session_set(key: str, value: str) -> None:
     the MCP tool claim_next): 15m, 90s, 1h30m, or `none` for claims that never expire
     (the default).
     """
-    from harness.agents.leases import SETTING, parse_lease, set_session_lease
+    from harness.agents.leases import SETTING, set_session_lease
     from harness.render import duration_text
+    from harness.todos import parse_lease
 
     if key != SETTING:
         raise UsageError(f"unknown session setting {key!r} (known: {', '.join(SETTINGS)})",

@@ -67,8 +67,18 @@ def test_a_claim_and_its_end_are_events_and_the_lease_is_live_data(store: Store)
     time.sleep(0.01)
     assert store.renew_leases(sid, "agent:w1") == 1
     assert store.renew_leases(sid, "agent:w2") == 0
-    assert store.leases(sid)[1][1].heartbeat_at > lease.heartbeat_at
+    renewed = store.leases(sid)[1][1].heartbeat_at
+    assert renewed > lease.heartbeat_at
     assert store.last_n(sid) == n
+    # A write as the holder renews too, unless it is not the agent's doing (an import of
+    # one of its old transcripts).
+    time.sleep(0.01)
+    with store.write(sid, "agent:w1", heartbeat=False) as tx:
+        tx.create_todo("imported")
+    assert store.leases(sid)[1][1].heartbeat_at == renewed
+    with store.write(sid, "agent:w1") as tx:
+        tx.update_todo(3, priority="low")
+    assert store.leases(sid)[1][1].heartbeat_at > renewed
     # The projection is the fold of the events, claim fields and all.
     assert rebuild(store, check=True).differences == []
     # Done ends the claim, said in the same event; the lease row goes with it.
@@ -180,7 +190,7 @@ def test_a_session_default_and_bad_input(cli, store: Store) -> None:
              "error: session set claim-lease: bad duration 'soon': use seconds or a duration "
              "such as 90s, 15m, 12h, 1h30m (or `none` for a claim that never expires)"),
             (["next", "--lease", "5m"], 2,
-             "error: --lease: --lease is the length of a claim: give --claim too"),
+             "error: --lease: only with --claim (a lease is how long a claim lasts)"),
             (["next", "--claim", "--lease", "-5"], 1, "error: --lease: bad duration '-5'")):
         r = cli(args)
         assert r.code == code and r.err.strip().startswith(text), (args, r.code, r.err)
