@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/claude_hook_latency.py            # one table
     .venv/bin/python bench/claude_hook_latency.py --rounds 30 --json
+    .venv/bin/python bench/claude_hook_latency.py --rounds 10 --repeat 3 --before main
 
 Claude Code (the pinned version, from npm: tests/agents/real/npm.py) runs ``-p`` against
 the scripted Anthropic API of tests/agents/real/anthropic_server.py, which makes it call
@@ -19,7 +20,9 @@ event's median for both, and the ratio.
 Agents hold leased claims (issue 35): in the harness project Claude Code holds one (an
 hour's lease, claimed before the run), so every hook renews it. ``--before REF`` adds a
 third project whose hooks run the code of git revision REF (holding the same claim, as
-that code can: without a lease), and the table a column for it.
+that code can: without a lease), and the table a column for it. Each project is a run of
+Claude Code of its own, one after the other; ``--repeat N`` takes turns N times and pools
+the figures, so a change of load on a shared machine falls on all of them alike.
 """
 
 from __future__ import annotations
@@ -119,6 +122,9 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--before", metavar="REF",
                     help="also run the hooks with the code of git revision REF")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the projects this many times each, taking turns, and pool "
+                         "the figures (load on a shared machine then falls on all alike)")
     args = ap.parse_args()
     results: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="claude-hook-bench-") as tmp:
@@ -127,12 +133,13 @@ def main() -> None:
             from before_tree import export_tree
 
             runs.append(("before", False, export_tree(args.before, Path(tmp) / "before-code")))
-        for name, baseline, code in runs:
-            where = Path(tmp) / name
+        for turn, (name, baseline, code) in enumerate(runs * args.repeat):
+            where = Path(tmp) / f"{name}-{turn}"
             where.mkdir()
             api, claude = project(where, args.rounds, baseline, code, lease=name == "harness")
             try:
-                results[name] = timed_run(claude)
+                for hook_name, ms in timed_run(claude).items():
+                    results.setdefault(name, {}).setdefault(hook_name, []).extend(ms)
             finally:
                 api.__exit__()
             if not baseline:

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -108,17 +109,21 @@ async def over_mcp(servers: list[tuple[str, dict[str, str], Path]],
     return out
 
 
-def per_process(db: Path, n: int, args: list[str], body, code: Path = ROOT) -> list[float]:
-    env = {**os.environ, "PYTHONPATH": str(code), "HARNESS_DB": str(db),
-           "HARNESS_SESSION": "spawn-" + args[0]}
-    times = []
+def per_process(cases: list[tuple[str, Path, list[str], Any, Path]], n: int
+                ) -> dict[str, list[float]]:
+    """A process per call for each case (label, store, arguments, payload maker, code),
+    the cases taken in turn call by call."""
+    times: dict[str, list[float]] = {tag: [] for tag, *_ in cases}
     for k in range(n):
-        stdin = json.dumps(body(k)).encode()
-        t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "harness", *args], input=stdin, env=env,
-                           capture_output=True, cwd=code)
-        times.append(time.perf_counter() - t0)
-        assert r.returncode == 0, r.stderr
+        for tag, db, args, body, code in cases:
+            env = {**os.environ, "PYTHONPATH": str(code), "HARNESS_DB": str(db),
+                   "HARNESS_SESSION": "spawn-" + args[0]}
+            stdin = json.dumps(body(k)).encode()
+            t0 = time.perf_counter()
+            r = subprocess.run([sys.executable, "-m", "harness", *args], input=stdin, env=env,
+                               capture_output=True, cwd=code)
+            times[tag].append(time.perf_counter() - t0)
+            assert r.returncode == 0, r.stderr
     return times
 
 
@@ -178,11 +183,13 @@ def main() -> None:
             rows += [(f"MCP todowrite{tag}", mcp[tag]["write"]),
                      (f"MCP todoread json{tag}", mcp[tag]["read"]),
                      (f"MCP ping{tag}", mcp[tag]["ping"])]
+        cases = []
         for tag, where, code in codes:
-            rows += [(f"hook claude-code TodoWrite (a process per call){tag}",
-                      per_process(where, a.spawns, ["hook", "claude-code"], hook_payload, code)),
-                     (f"CLI harness todowrite (a process per call){tag}",
-                      per_process(where, a.spawns, ["todowrite"], opencode, code))]
+            cases += [(f"hook claude-code TodoWrite (a process per call){tag}", where,
+                       ["hook", "claude-code"], hook_payload, code),
+                      (f"CLI harness todowrite (a process per call){tag}", where,
+                       ["todowrite"], opencode, code)]
+        rows += list(per_process(cases, a.spawns).items())
     ref = statistics.median(base)
     width = max(len(name) for name, _ in rows)
     print(f"{'path':<{width}} {'n':>5} {'median ms':>10} {'p90 ms':>9} {'x base':>8}")
