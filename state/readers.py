@@ -268,8 +268,9 @@ class Readers:
 
     # -- leases (state/leases.py) ------------------------------------------------------------
     def lease_check(self, session_id: int, actor: str = "") -> tuple[float, float | None, int]:
-        """(the store's clock, the session's earliest lease expiry or None, how many leases
-        ``actor`` holds there): one query, to decide whether a write is needed at all."""
+        """(the store's clock, the session's earliest lease expiry or None, how many of
+        the leases ``actor`` holds there were last renewed more than a tenth of their
+        length ago): one query, to decide whether a write is needed at all."""
         row = self._first(self._q["lease_check"], (session_id, session_id, actor))
         return float(row[0]), (float(row[1]) if row[1] is not None else None), int(row[2])
 

@@ -41,8 +41,13 @@ SQL: dict[str, str] = {
                  "(SELECT view FROM agent_views WHERE session_id = ? AND actor = ?), "
                  "{CLOCK}, (SELECT MIN(expires_at) FROM leases WHERE session_id = ?), "
                  "(SELECT COUNT(*) FROM leases WHERE session_id = ? AND holder = ?)",
-    "lease_check": "SELECT {CLOCK}, (SELECT MIN(expires_at) FROM leases WHERE session_id = ?), "
-                   "(SELECT COUNT(*) FROM leases WHERE session_id = ? AND holder = ?)",
+    # ... and of the actor's leases, how many were last renewed more than a tenth of their
+    # length ago (RENEW_AFTER, state/leases.py): an agent that calls often renews each
+    # lease at most ten times in its length.
+    "lease_check": "SELECT c.now, (SELECT MIN(expires_at) FROM leases WHERE session_id = ?), "
+                   "(SELECT COUNT(*) FROM leases WHERE session_id = ? AND holder = ? "
+                   "AND c.now - heartbeat_at > lease_s * 0.1) "
+                   "FROM (SELECT {CLOCK} AS now) c",
     # The clock comes back even without a lease (one row of NULLs).
     "session_leases": "SELECT c.now, l.num, l.holder, l.lease_s, l.heartbeat_at, l.expires_at "
                       "FROM (SELECT {CLOCK} AS now) c LEFT JOIN leases l ON l.session_id = ? "

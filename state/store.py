@@ -383,7 +383,7 @@ class Store(Readers):
         read-only file, a PostgreSQL role without the grants) is left as it is: the
         reader shows those leases as run out, and the next writer ends them.
         """
-        now, earliest, _held = self.lease_check(session_id)
+        now, earliest, _due = self.lease_check(session_id)
         if earliest is None or earliest > now or self.read_only is not None:
             return []
         try:

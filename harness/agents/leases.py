@@ -74,16 +74,19 @@ def set_session_lease(store: Store, session_id: int, seconds: float) -> None:
 def renew(store: Store, session_id: int, actor: str) -> None:
     """An agent's call is its heartbeat: renew what ``actor`` holds, end what ran out.
 
-    No write at all when it holds nothing and nothing ran out (one indexed read). A store
-    this user may not write is left alone (a read-only copy, a role without the grants).
+    No write at all when it holds nothing, or renewed what it holds less than a tenth of
+    its length ago, and nothing ran out (one indexed read): an agent that calls often
+    writes at most ten renewals per lease length, and its lease runs out no sooner than
+    nine tenths of its length after its last call. A store this user may not write is left
+    alone (a read-only copy, a role without the grants).
     """
     if store.read_only is not None or store.leases_checked(session_id, actor, RECENT):
         return  # the call's own write did it (a hook's todo change, a claim)
-    now, earliest, held = store.lease_check(session_id, actor)
+    now, earliest, due = store.lease_check(session_id, actor)
     try:
         if earliest is not None and earliest <= now:
             store.expire_lapsed(session_id, actor)  # its transaction renews the rest
-        elif held:
+        elif due:
             store.renew_leases(session_id, actor)
     except StoreError as exc:
         if not exc.message.startswith("not allowed"):
