@@ -18,7 +18,8 @@ taking the write lock. Then:
   why under :data:`state.fold.LEASE_EXPIRED` (who held it, when it ran out, the last
   heartbeat, when and by whom it was noticed);
 * the actor's other leases are renewed (one UPDATE), so any write by an agent is a
-  heartbeat too.
+  heartbeat too; a lease renewed less than a tenth of its length ago is left as it is, so
+  an agent that writes often does not write a renewal each time.
 
 Because claims, renewals and expiry all run under the store's write lock, and the clock
 is read after it is taken, a lease that has run out is taken by one claimer only, and a

@@ -32,15 +32,17 @@ SQL: dict[str, str] = {
     # One round trip for the three numbers every write needs (each an index seek), and
     # the writer's agent view, which an agent's write reads next (a primary-key lookup;
     # on PostgreSQL a round trip saved is ~10% of an agent write); then the store's clock,
-    # the session's earliest lease expiry and how many leases the writer holds (a few
-    # rows under the session's key), for the leases (state/leases.py).
+    # the session's earliest lease expiry and how many of the writer's leases were last
+    # renewed more than a tenth of their length ago (a few rows under the session's key),
+    # for the leases (state/leases.py).
     "load_tops": "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
                  "(SELECT n FROM events WHERE session_id = ? ORDER BY n DESC LIMIT 1), "
                  "(SELECT todo_id FROM events WHERE session_id = ? AND todo_id IS NOT NULL "
                  "ORDER BY todo_id DESC LIMIT 1), "
                  "(SELECT view FROM agent_views WHERE session_id = ? AND actor = ?), "
                  "{CLOCK}, (SELECT MIN(expires_at) FROM leases WHERE session_id = ?), "
-                 "(SELECT COUNT(*) FROM leases WHERE session_id = ? AND holder = ?)",
+                 "(SELECT COUNT(*) FROM leases WHERE session_id = ? AND holder = ? "
+                 "AND {CLOCK} - heartbeat_at > lease_s * 0.1)",
     # ... and of the actor's leases, how many were last renewed more than a tenth of their
     # length ago (RENEW_AFTER, state/leases.py): an agent that calls often renews each
     # lease at most ten times in its length.

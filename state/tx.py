@@ -111,7 +111,7 @@ class Tx:
         sid = self.session_id
         self._cur.execute(self._q["load_tops"], (sid, sid, sid, self.actor, sid, sid,
                                                  self.actor))
-        seq, n, top, self._views[self.actor], now, earliest, held = self._cur.fetchone()
+        seq, n, top, self._views[self.actor], now, earliest, due = self._cur.fetchone()
         self.now = float(now)
         self._seq = seq or 0
         n = n or 0
@@ -133,12 +133,18 @@ class Tx:
             self.expired = expire_lapsed(self)
         if not self._heartbeat:
             return
-        if held:
+        if due:
             # Any write by the holder is a sign of life: its leases (those that have not
-            # run out, just ended above) start again from now.
-            self._cur.execute(self._q["renew_leases_at"],
-                              (self.now, self.now, sid, self.actor, self.now))
+            # run out, just ended above) start again from now; those renewed less than a
+            # tenth of their length ago are left as they are (no write for so little).
+            self.renew_leases()
         self.store._leases_seen[(sid, self.actor)] = time.monotonic()
+
+    def renew_leases(self) -> None:
+        """Renew every lease of this transaction's actor in its session that has not run
+        out: each runs again from ``now`` (no event)."""
+        self._cur.execute(self._q["renew_leases_at"],
+                          (self.now, self.now, self.session_id, self.actor, self.now))
 
     def fetch_one(self, sql: str, *args: Any) -> Any:
         """One row of a query (``?`` placeholders) inside this transaction, or None."""

@@ -134,6 +134,7 @@ def heartbeat(store: Store, session_id: int, session_name: str, actor: str) -> H
     ends first whatever ran out: a late heartbeat takes nothing back), and find the
     leases it lost that it has not been told of by an earlier heartbeat."""
     with store.write(session_id, actor) as tx:
+        tx.renew_leases()  # asked for: however recently it was renewed
         held = [lease_from_row(r) for r in tx.fetch_all(
             f"SELECT {LEASE_COLS} FROM leases WHERE session_id = ? AND holder = ? "
             "ORDER BY num", session_id, actor)]

@@ -44,6 +44,13 @@ def wait_lapsed(store: Store, sid: int, num: int, timeout: float = 60) -> None:
     raise AssertionError(f"t{num}'s lease did not run out in {timeout} s")
 
 
+def age(store: Store, seconds: float) -> None:
+    """Move every lease's last renewal ``seconds`` into the past (its expiry stays)."""
+    with store._locked() as cur:
+        cur.execute(store._sql("UPDATE leases SET heartbeat_at = heartbeat_at - ?"),
+                    (seconds,))
+
+
 def claim_events(store: Store, sid: int) -> list:
     return [e for e in store.events(sid, kinds=["todo.updated"])
             if "claimed_by" in e.payload["changes"]]
@@ -70,12 +77,17 @@ def test_a_claim_and_its_end_are_events_and_the_lease_is_live_data(store: Store)
     renewed = store.leases(sid)[1][1].heartbeat_at
     assert renewed > lease.heartbeat_at
     assert store.last_n(sid) == n
-    # A write as the holder renews too, unless it is not the agent's doing (an import of
-    # one of its old transcripts).
-    time.sleep(0.01)
-    with store.write(sid, "agent:w1", heartbeat=False) as tx:
-        tx.create_todo("imported")
+    # A write as the holder renews too, once a tenth of the lease has passed since the
+    # last renewal (before that it leaves the lease be), unless the write is not the
+    # agent's doing (an import of one of its old transcripts).
+    with store.write(sid, "agent:w1") as tx:
+        tx.create_todo("soon after")
     assert store.leases(sid)[1][1].heartbeat_at == renewed
+    age(store, 61)
+    aged = store.leases(sid)[1][1].heartbeat_at
+    with store.write(sid, "agent:w1", heartbeat=False) as tx:
+        tx.update_todo(3, content="imported")
+    assert store.leases(sid)[1][1].heartbeat_at == aged
     with store.write(sid, "agent:w1") as tx:
         tx.update_todo(3, priority="low")
     assert store.leases(sid)[1][1].heartbeat_at > renewed
@@ -154,8 +166,9 @@ def test_reads_and_writes_end_what_ran_out_and_renew_what_they_hold(store: Store
     sid = seed(store, ("one", "high"), ("two", "medium"), ("three", "low"))
     next_ready(store, sid, claim=True, actor="w1", lease=0.2)
     next_ready(store, sid, claim=True, actor="w2", lease=600)
-    before = store.leases(sid)[1][2].heartbeat_at
     wait_lapsed(store, sid, 1)
+    age(store, 61)  # w2's lease was renewed more than a tenth of 600 s ago
+    before = store.leases(sid)[1][2].heartbeat_at
     # w2's own write: it ends w1's lapsed lease (by harness, noticed by w2) and renews its.
     uc.set_priority(store, sid, "t3", "high", actor="agent:w2")
     ended = [e for e in store.events(sid) if LEASE_EXPIRED in e.payload]
