@@ -31,13 +31,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from state.fold import LEASE_EXPIRED, Event, TodoState, claim_of
+from state.fold import LEASE_EXPIRED, Event, SessionState, TodoState, claim_of
 from state.sql import SQL
 
-if TYPE_CHECKING:
-    from state.tx import Tx
+
+class LeaseTx(Protocol):
+    """What ending leases uses of a write transaction (:class:`state.tx.Tx`, which
+    imports this module)."""
+
+    session_id: int
+    actor: str
+    ref: str | None
+    now: float
+    state: SessionState
+
+    def fetch_all(self, sql: str, *args: Any) -> list[Any]: ...
+
+    def emit(self, kind: str, *, todo_id: int | None = None,
+             payload: dict[str, Any] | None = None, actor: str | None = None) -> Event: ...
+
+    def lease_changed(self, num: int, claim: tuple[str, float, str] | None) -> None: ...
+
+    def flush(self) -> None: ...
 
 # The lease of a claim made with `--lease none`: none, whatever the session's default.
 NO_LEASE = 0.0
@@ -91,7 +108,7 @@ def expiry_payload(todo: TodoState, lease: Lease, now: float, noticed_by: str) -
     }
 
 
-def expire_lapsed(tx: Tx) -> list[Event]:
+def expire_lapsed(tx: LeaseTx) -> list[Event]:
     """End every lease of ``tx``'s session that has run out by ``tx.now``; returns the
     events. Written at once (``tx.flush``), so the rest of the transaction, and any query
     it makes, sees the todos back to pending."""

@@ -32,6 +32,7 @@ from state.fold import (
     apply,
     claim_of,
 )
+from state.leases import expire_lapsed
 from state.sql import (
     MULTI_ROW_MAX,
     artifact_values,
@@ -128,8 +129,6 @@ class Tx:
         self._start_n = n
         self._existing_todos = set(todos)
         if earliest is not None and earliest <= self.now:
-            from state.leases import expire_lapsed
-
             self.expired = expire_lapsed(self)
         if not self._heartbeat:
             return

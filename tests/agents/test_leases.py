@@ -88,6 +88,7 @@ def test_a_claim_and_its_end_are_events_and_the_lease_is_live_data(store: Store)
     with store.write(sid, "agent:w1", heartbeat=False) as tx:
         tx.update_todo(3, content="imported")
     assert store.leases(sid)[1][1].heartbeat_at == aged
+    time.sleep(0.01)  # (the SQLite store's clock counts milliseconds)
     with store.write(sid, "agent:w1") as tx:
         tx.update_todo(3, priority="low")
     assert store.leases(sid)[1][1].heartbeat_at > renewed
