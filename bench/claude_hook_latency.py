@@ -3,6 +3,7 @@
     .venv/bin/python bench/claude_hook_latency.py            # one table
     .venv/bin/python bench/claude_hook_latency.py --rounds 30 --json
     .venv/bin/python bench/claude_hook_latency.py --version 2.1.197
+    .venv/bin/python bench/claude_hook_latency.py --rounds 10 --repeat 3 --before main
 
 Claude Code (``--version``, default the newest that tests/agents/real/npm.py pins, from
 its npm cache) runs ``-p`` against the scripted Anthropic API of
@@ -20,6 +21,13 @@ Two projects, the same script, in the same run: one with the hooks ``harness hoo
 claude-code install`` writes, and a baseline with the same events hooked to ``cat
 >/dev/null`` (what any command hook costs inside Claude Code). The table gives each hook
 event's median for both, and the ratio.
+
+Agents hold leased claims (issue 35): in the harness project Claude Code holds one (an
+hour's lease, claimed before the run), so every hook renews it. ``--before REF`` adds a
+third project whose hooks run the code of git revision REF (holding the same claim, as
+that code can: without a lease), and the table a column for it. Each project is a run of
+Claude Code of its own, one after the other; ``--repeat N`` takes turns N times and pools
+the figures, so a change of load on a shared machine falls on all of them alike.
 """
 
 from __future__ import annotations
@@ -101,15 +109,20 @@ def timed_run(project: ClaudeProject) -> dict[str, list[float]]:
     return out
 
 
-def project(tmp: Path, rounds: int, baseline: bool,
-            version: str) -> tuple[AnthropicServer, ClaudeProject]:
+def project(tmp: Path, rounds: int, baseline: bool, version: str, code: Path = ROOT,
+            lease: bool = True) -> tuple[AnthropicServer, ClaudeProject]:
     answer, limit = script(rounds)
     api = AnthropicServer(answer, max_requests=limit)
     api.__enter__()
-    claude = ClaudeProject(tmp, api, version=version)
+    claude = ClaudeProject(tmp, api, version=version, PYTHONPATH=str(code))
     # A store that is there already, as in a project at work: its creation (one
     # SQLAlchemy import, the migrations) is not the first hook's to pay.
-    claude.harness("session", "new", PROJECT)
+    claude.harness("session", "new", PROJECT, "--no-use")
+    if not baseline:
+        # Claude Code holds a claim in the session its hooks use, as a worker would.
+        claude.person("add", "held by Claude Code", "-p", "high")
+        claude.person("next", "--claim", "--actor", "claude-code",
+                      *(["--lease", "1h"] if lease else []))
     if baseline:
         settings = claude.dir / ".claude" / "settings.json"
         doc = json.loads(settings.read_text())
@@ -127,15 +140,27 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--version", default=versions("claude-code")[0],
                     help="the Claude Code version (default: the newest pinned)")
+    ap.add_argument("--before", metavar="REF",
+                    help="also run the hooks with the code of git revision REF")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the projects this many times each, taking turns, and pool "
+                         "the figures (load on a shared machine then falls on all alike)")
     args = ap.parse_args()
     results: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="claude-hook-bench-") as tmp:
-        for name, baseline in (("baseline", True), ("harness", False)):
-            where = Path(tmp) / name
+        runs: list[tuple[str, bool, Path]] = [("baseline", True, ROOT), ("harness", False, ROOT)]
+        if args.before:
+            from before_tree import export_tree
+
+            runs.append(("before", False, export_tree(args.before, Path(tmp) / "before-code")))
+        for turn, (name, baseline, code) in enumerate(runs * args.repeat):
+            where = Path(tmp) / f"{name}-{turn}"
             where.mkdir()
-            api, claude = project(where, args.rounds, baseline, args.version)
+            api, claude = project(where, args.rounds, baseline, args.version, code,
+                                  lease=name == "harness")
             try:
-                results[name] = timed_run(claude)
+                for hook_name, ms in timed_run(claude).items():
+                    results.setdefault(name, {}).setdefault(hook_name, []).extend(ms)
             finally:
                 api.__exit__()
             if not baseline:
@@ -148,7 +173,9 @@ def main() -> None:
                          indent=2))
         return
     print_hook_table(f"Claude Code {args.version} hook latency, median ms, {args.rounds} "
-                     f"rounds (baseline: the same hooks as `cat >/dev/null`)", rows)
+                     f"rounds (baseline: the same hooks as `cat >/dev/null`"
+                     + (f"; before: the hooks of {args.before}" if args.before else "") + ")",
+                     rows)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,12 @@ in one run, on one fresh store:
 
     python bench/mcp_calls.py                   # 1000 MCP calls, 20 processes
     python bench/mcp_calls.py --calls 300 --spawns 10
+    python bench/mcp_calls.py --before main     # and the same with the code of `main`
+
+Every MCP call is the agent's heartbeat (issue 35): ``holding a lease`` repeats the MCP
+rows with a server whose agent holds a leased claim, which each call renews. ``--before
+REF`` adds the MCP and per-process rows run by the code of git revision REF (its own
+store), the MCP calls interleaved call by call with the others.
 
 Prints one table: median and p90 per call, and the ratio to the in-process baseline.
 """
@@ -27,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -67,42 +74,71 @@ def in_process(db: Path, n: int) -> list[float]:
     return times
 
 
-async def over_mcp(db: Path, n: int) -> dict[str, list[float]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_DB": str(db),
-           "HARNESS_SESSION": "mcp"}
-    params = StdioServerParameters(command=sys.executable, args=["-m", "harness", "mcp"],
-                                   env=env)
-    out: dict[str, list[float]] = {"write": [], "read": [], "ping": []}
-    async with stdio_client(params) as (r, w), ClientSession(
-            r, w, client_info=types.Implementation(name="bench", version="1")) as s:
-        await s.initialize()
-        await s.call_tool("todowrite", opencode(-1))
+async def over_mcp(servers: list[tuple[str, dict[str, str], Path]],
+                   n: int) -> dict[str, dict[str, list[float]]]:
+    """Each server (label, environment, working directory) answers the same calls, taken
+    in turn call by call, so a burst of load on a shared machine falls on all alike."""
+    from contextlib import AsyncExitStack
+
+    out: dict[str, dict[str, list[float]]] = {}
+    async with AsyncExitStack() as stack:
+        sessions = []
+        for tag, env, cwd in servers:
+            params = StdioServerParameters(command=sys.executable, args=["-m", "harness", "mcp"],
+                                           env=env, cwd=str(cwd))
+            r, w = await stack.enter_async_context(stdio_client(params))
+            s = await stack.enter_async_context(ClientSession(
+                r, w, client_info=types.Implementation(name="bench", version="1")))
+            await s.initialize()
+            await s.call_tool("todowrite", opencode(-1))
+            sessions.append((tag, s))
+            out[tag] = {"write": [], "read": [], "ping": []}
         for k in range(n):
-            t0 = time.perf_counter()
-            res = await s.call_tool("todowrite", opencode(k))
-            out["write"].append(time.perf_counter() - t0)
-            assert not res.is_error, res.content[0].text
-            t0 = time.perf_counter()
-            await s.call_tool("todoread", {"format": "json"})
-            out["read"].append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            await s.send_ping()
-            out["ping"].append(time.perf_counter() - t0)
+            for tag, s in sessions:
+                t0 = time.perf_counter()
+                res = await s.call_tool("todowrite", opencode(k))
+                out[tag]["write"].append(time.perf_counter() - t0)
+                assert not res.is_error, res.content[0].text
+                t0 = time.perf_counter()
+                res = await s.call_tool("todoread", {"format": "json"})
+                out[tag]["read"].append(time.perf_counter() - t0)
+                assert not res.is_error, res.content[0].text
+                t0 = time.perf_counter()
+                await s.send_ping()
+                out[tag]["ping"].append(time.perf_counter() - t0)
     return out
 
 
-def per_process(db: Path, n: int, args: list[str], body) -> list[float]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_DB": str(db),
-           "HARNESS_SESSION": "spawn-" + args[0]}
-    times = []
+def per_process(cases: list[tuple[str, Path, list[str], Any, Path]], n: int
+                ) -> dict[str, list[float]]:
+    """A process per call for each case (label, store, arguments, payload maker, code),
+    the cases taken in turn call by call."""
+    times: dict[str, list[float]] = {tag: [] for tag, *_ in cases}
     for k in range(n):
-        stdin = json.dumps(body(k)).encode()
-        t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "harness", *args], input=stdin, env=env,
-                           capture_output=True)
-        times.append(time.perf_counter() - t0)
-        assert r.returncode == 0, r.stderr
+        for tag, db, args, body, code in cases:
+            env = {**os.environ, "PYTHONPATH": str(code), "HARNESS_DB": str(db),
+                   "HARNESS_SESSION": "spawn-" + args[0]}
+            stdin = json.dumps(body(k)).encode()
+            t0 = time.perf_counter()
+            r = subprocess.run([sys.executable, "-m", "harness", *args], input=stdin, env=env,
+                               capture_output=True, cwd=code)
+            times[tag].append(time.perf_counter() - t0)
+            assert r.returncode == 0, r.stderr
     return times
+
+
+def make_store(db: Path, code: Path, leases: bool) -> None:
+    """Sessions for the MCP servers and the processes, made by the code in ``code``; in
+    "mcp-leased" the MCP client (agent:bench) holds a claim, leased where the code can."""
+    env = {**os.environ, "PYTHONPATH": str(code), "HARNESS_DB": str(db)}
+    steps = [["session", "new", name, "--no-use"]
+             for name in ("mcp", "mcp-leased", "spawn-hook", "spawn-todowrite")]
+    steps += [["-s", "mcp-leased", "add", "held by the bench agent", "-p", "high"],
+              ["-s", "mcp-leased", "next", "--claim", "--actor", "bench",
+               *(["--lease", "1h"] if leases else [])]]
+    for args in steps:
+        subprocess.run([sys.executable, "-m", "harness", *args], env=env, check=True,
+                       capture_output=True, cwd=code)
 
 
 def hook_payload(k: int) -> dict:
@@ -115,30 +151,53 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--spawns", type=int, default=20)
+    ap.add_argument("--before", metavar="REF",
+                    help="also run the MCP and per-process rows with the code of git "
+                         "revision REF")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
         os.environ["HARNESS_DATA_DIR"] = str(Path(tmp) / "data")
         os.environ["HARNESS_CONFIG_DIR"] = str(Path(tmp) / "config")
+        make_store(db, ROOT, leases=True)
         with Store.open(str(db)) as store:
-            for name in ("mcp", "spawn-hook", "spawn-todowrite"):
-                store.create_session(name, actor="bench")
+            store.create_session("inproc", actor="bench")
+        codes = [("", db, ROOT)]
+        if a.before:
+            from before_tree import export_tree, label
+
+            code = export_tree(a.before, Path(tmp) / "before-code")
+            old_db = Path(tmp) / "before.db"
+            make_store(old_db, code, leases=False)
+            codes.append((f" [{label(a.before)}]", old_db, code))
+        servers = []
+        for tag, where, code in codes:
+            env = {**os.environ, "PYTHONPATH": str(code), "HARNESS_DB": str(where)}
+            servers += [(tag, {**env, "HARNESS_SESSION": "mcp"}, code),
+                        (f", holding a lease{tag}", {**env, "HARNESS_SESSION": "mcp-leased"},
+                         code)]
         base = in_process(db, a.calls)
-        mcp = anyio.run(over_mcp, db, a.calls)
-        hook = per_process(db, a.spawns, ["hook", "claude-code"], hook_payload)
-        cli = per_process(db, a.spawns, ["todowrite"], opencode)
-    rows = [("in-process agents.tools todowrite (baseline)", base),
-            ("MCP todowrite (stdio, SDK client)", mcp["write"]),
-            ("MCP todoread json", mcp["read"]),
-            ("MCP ping (transport only)", mcp["ping"]),
-            ("hook claude-code TodoWrite (a process per call)", hook),
-            ("CLI harness todowrite (a process per call)", cli)]
+        mcp = anyio.run(over_mcp, servers, a.calls)
+        rows = [("in-process agents.tools todowrite (baseline)", base)]
+        for tag, _env, _code in servers:
+            rows += [(f"MCP todowrite{tag}", mcp[tag]["write"]),
+                     (f"MCP todoread json{tag}", mcp[tag]["read"]),
+                     (f"MCP ping{tag}", mcp[tag]["ping"])]
+        cases = []
+        for tag, where, code in codes:
+            cases += [(f"hook claude-code TodoWrite (a process per call){tag}", where,
+                       ["hook", "claude-code"], hook_payload, code),
+                      (f"CLI harness todowrite (a process per call){tag}", where,
+                       ["todowrite"], opencode, code)]
+        rows += list(per_process(cases, a.spawns).items())
     ref = statistics.median(base)
-    print(f"{'path':<50} {'n':>5} {'median ms':>10} {'p90 ms':>9} {'x base':>8}")
+    width = max(len(name) for name, _ in rows)
+    print(f"{'path':<{width}} {'n':>5} {'median ms':>10} {'p90 ms':>9} {'x base':>8}")
     for name, xs in rows:
         med = statistics.median(xs)
         p90 = sorted(xs)[int(len(xs) * 0.9) - 1]
-        print(f"{name:<50} {len(xs):>5} {med * 1e3:>10.2f} {p90 * 1e3:>9.2f} {med / ref:>8.1f}")
+        print(f"{name:<{width}} {len(xs):>5} {med * 1e3:>10.2f} {p90 * 1e3:>9.2f} "
+              f"{med / ref:>8.1f}")
 
 
 if __name__ == "__main__":

@@ -75,7 +75,9 @@ def print_table(rows: list[dict[str, object]]) -> None:
 def hook_rows(results: dict[str, dict[str, list[float]]]) -> list[dict[str, object]]:
     """The hook benchmarks' rows (claude_hook_latency.py, gemini_hook_latency.py): per hook,
     the median ms of ``results["harness"]`` against ``results["baseline"]`` (the same hooks
-    as ``cat``), then every hook together."""
+    as ``cat``), then every hook together; with ``results["before"]`` (the hooks of an
+    earlier revision), its median too."""
+    before = results.get("before")
     rows: list[dict[str, object]] = []
     for name in sorted(set(results["harness"]) | set(results["baseline"])):
         ours = results["harness"].get(name, [])
@@ -83,21 +85,30 @@ def hook_rows(results: dict[str, dict[str, list[float]]]) -> list[dict[str, obje
         if not ours or not base:
             continue
         mo, mb = statistics.median(ours), statistics.median(base)
-        rows.append({"hook": name, "n": len(ours), "harness_ms": round(mo, 1),
-                     "baseline_ms": round(mb, 1), "ratio": round(mo / mb, 2) if mb else None})
+        row: dict[str, object] = {"hook": name, "n": len(ours), "harness_ms": round(mo, 1),
+                                  "baseline_ms": round(mb, 1),
+                                  "ratio": round(mo / mb, 2) if mb else None}
+        if before and before.get(name):
+            row["before_ms"] = round(statistics.median(before[name]), 1)
+        rows.append(row)
     every = [x for v in results["harness"].values() for x in v]
     every_base = [x for v in results["baseline"].values() for x in v]
-    rows.append({"hook": "all hooks", "n": len(every),
-                 "harness_ms": round(statistics.median(every), 1),
-                 "baseline_ms": round(statistics.median(every_base), 1),
-                 "ratio": round(statistics.median(every) / statistics.median(every_base), 2)})
+    total: dict[str, object] = {
+        "hook": "all hooks", "n": len(every), "harness_ms": round(statistics.median(every), 1),
+        "baseline_ms": round(statistics.median(every_base), 1),
+        "ratio": round(statistics.median(every) / statistics.median(every_base), 2)}
+    if before:
+        total["before_ms"] = round(statistics.median([x for v in before.values() for x in v]), 1)
+    rows.append(total)
     return rows
 
 
 def print_hook_table(title: str, rows: list[dict[str, object]]) -> None:
     print(title)
     width = max(28, *(len(str(r["hook"])) for r in rows))
-    print(f"{'hook':{width}} {'n':>4} {'harness':>9} {'baseline':>9} {'ratio':>6}")
+    before = any("before_ms" in r for r in rows)
+    print(f"{'hook':{width}} {'n':>4} {'harness':>9} {'baseline':>9} {'ratio':>6}"
+          + (f" {'before':>9}" if before else ""))
     for r in rows:
         print(f"{r['hook']!s:{width}} {r['n']:>4} {r['harness_ms']:>9} {r['baseline_ms']:>9} "
-              f"{r['ratio']!s:>6}")
+              f"{r['ratio']!s:>6}" + (f" {r.get('before_ms', '')!s:>9}" if before else ""))

@@ -13,7 +13,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from state.fold import Event
+from state.fold import LEASE_EXPIRED, Event, TodoState
+from state.leases import Lease, iso
 
 # How the CLI board and the TUI show a status and a priority.
 GLYPH = {"in_progress": "▶", "pending": "○", "blocked": "■", "completed": "✓", "cancelled": "✗"}
@@ -167,9 +168,18 @@ def describe(ev: Event) -> str:
             bits.append("after " + ", ".join(f"t{d}" for d in p["depends_on"]))
         return f"created {short(p.get('content', ''))} ({', '.join(str(b) for b in bits)})"
     if k == "todo.updated":
+        changes = dict(p.get("changes", {}))
+        claim = _claim_change(changes)
         # The status first: it is what a reader looks for.
-        changes = sorted(p.get("changes", {}).items(), key=lambda c: c[0] != "status")
-        return "; ".join(_change(name, old, new) for name, (old, new) in changes) or "updated"
+        parts = [_change(name, old, new) for name, (old, new) in
+                 sorted(changes.items(), key=lambda c: c[0] != "status")]
+        lease = p.get(LEASE_EXPIRED)
+        if isinstance(lease, dict):
+            return "; ".join([expiry_text(lease), *parts])
+        return "; ".join(([claim] if claim and claim.startswith("claimed") else [])
+                         + parts
+                         + ([claim] if claim and not claim.startswith("claimed") else [])
+                         ) or "updated"
     if k == "todo.removed":
         reason = f" ({safe_line(str(p['reason']), 40)})" if p.get("reason") else ""
         return f"removed {short(p.get('content', ''))}{reason}"
@@ -195,6 +205,87 @@ def describe(ev: Event) -> str:
         size = f" ({_size(p['size'])})" if isinstance(p.get("size"), int) else ""
         return f"artifact {safe_line(str(p.get('path', '')), 80)}{size}"
     return k
+
+
+def _claim_change(changes: dict[str, Any]) -> str | None:
+    """Takes the claim's fields out of a ``todo.updated``'s changes and says them in words:
+    ``claimed by agent:w1 (lease 15m)``, ``released agent:w1's claim``."""
+    holder = changes.pop("claimed_by", None)
+    lease = changes.pop("lease_s", None)
+    if holder is None:
+        return None
+    old, new = holder
+    if new is not None:
+        seconds = lease[1] if lease else None
+        return f"claimed by {safe_line(str(new), 40)}" + (
+            f" (lease {duration_text(seconds)})" if isinstance(seconds, (int, float)) else "")
+    return f"released {safe_line(str(old), 40)}'s claim"
+
+
+def duration_text(seconds: float) -> str:
+    """``900`` -> ``15m``, ``5400`` -> ``1h30m``, ``2.5`` -> ``2.5s``."""
+    if seconds < 60:
+        return f"{seconds:g}s" if seconds == int(seconds) or seconds < 10 else f"{seconds:.0f}s"
+    rest, out = round(seconds), ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        n, rest = divmod(rest, size)
+        if n:
+            out += f"{n}{unit}"
+    return out
+
+
+def left_text(seconds: float) -> str:
+    """Time left on a lease, short: ``1h05m``, ``12m``, ``42s``."""
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    if seconds >= 60:
+        return f"{int(seconds // 60)}m"
+    return f"{max(int(seconds), 0)}s"
+
+
+def expiry_text(info: dict[str, Any]) -> str:
+    """``lease of agent:w3 ran out at 12:00:03 (last heartbeat 12:00:01)`` (UTC), from the
+    ``lease_expired`` part of the event that ended the lease."""
+    def hms(value: Any) -> str:
+        return str(value)[11:19] if isinstance(value, str) and _TS.match(value) else "?"
+    return (f"lease of {safe_line(str(info.get('holder', '?')), 40)} ran out at "
+            f"{hms(info.get('expired_at'))} (last heartbeat {hms(info.get('last_heartbeat_at'))})")
+
+
+def claim_label(todo: TodoState, lease: Lease | None, now: float) -> str | None:
+    """Who holds a claimed todo and for how long, for a board row: ``w3 · 12m left``,
+    ``w3 · lease ran out`` (not ended yet: nobody has written since), ``w3`` (a claim
+    without a lease). None: not claimed."""
+    if todo.claimed_by is None:
+        return None
+    who = safe_line(todo.claimed_by.removeprefix("agent:"), 24)
+    if lease is None or lease.holder != todo.claimed_by:
+        return who
+    left = lease.left(now)
+    return f"{who} · {left_text(left)} left" if left > 0 else f"{who} · lease ran out"
+
+
+def claim_text(todo: TodoState, lease: Lease | None, now: float | None) -> str:
+    """``harness show``'s line on a claim: who, since when, and its lease: ``claimed by
+    agent:w3 at 12:00:00; lease 15m, runs out at 12:15:03 (in 12m) unless renewed; last
+    heartbeat 12:00:03`` (times UTC)."""
+    when = (todo.claimed_at or "")[11:19]
+    head = f"claimed by {safe_line(str(todo.claimed_by), 40)}" + (f" at {when}" if when else "")
+    if todo.lease_s is None:
+        return head + "; no lease (it lasts until the todo leaves in progress)"
+    head += f"; lease {duration_text(todo.lease_s)}"
+    if lease is None or now is None or lease.holder != todo.claimed_by:
+        return head
+    ends = iso_time(lease.expires_at)
+    left = lease.left(now)
+    state = (f"runs out at {ends} (in {left_text(left)}) unless renewed" if left > 0
+             else f"ran out at {ends}; ended by the next write")
+    return f"{head}, {state}; last heartbeat {iso_time(lease.heartbeat_at)}"
+
+
+def iso_time(epoch: float) -> str:
+    """A lease time of day, UTC, as the history shows times: ``12:00:03``."""
+    return iso(epoch)[11:19]
 
 
 def _size(n: int) -> str:

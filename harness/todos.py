@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from harness.errors import InputError, UsageError
 from harness.formats import FORMATS, agent_status, caps_named, normalize_priority
 from state.fold import PRIORITIES, STATUS_GROUP, TodoState
+from state.leases import NO_LEASE
 from state.store import Store, Tx
 
 HUMAN = "human"
@@ -36,6 +37,22 @@ def parse_id(text: str | int) -> int:
     if not m:
         raise UsageError(f"not a todo id: {text!r} (expected something like t12)")
     return int(m.group(1))
+
+
+def parse_lease(value: object, where: str = "--lease") -> float:
+    """Seconds of a lease as people and models write it (``15m``, ``90s``, ``1h30m``, a
+    number of seconds); ``none``/``off``/``0``: no lease (:data:`NO_LEASE`)."""
+    from pipeline.spec.durations import parse_duration  # the spec's own durations
+
+    if isinstance(value, str) and value.strip().lower() in ("none", "off", "never", "0"):
+        return NO_LEASE
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+        return NO_LEASE
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise InputError(f"{exc} (or `none` for a claim that never expires)",
+                         where=where) from None
 
 
 def add(store: Store, session_id: int, content: str, *, priority: str = "medium",

@@ -1,5 +1,6 @@
 """What differs between SQLite and PostgreSQL in our raw SQL: the busy timeout, the
-placeholder style, the statement that takes the write lock, and the change notification.
+placeholder style, the statement that takes the write lock, the change notification, and
+the clock that leases are timed by.
 
 Below both :mod:`state.connection` (the raw connections) and :mod:`state.engine` (the
 SQLAlchemy engine), which apply the same rules.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "PG_CHANGE_CHANNEL", "PG_WRITE_LOCK_KEY", "WRITE_OPTION",
-           "busy_timeout_ms", "notify_sql", "paramstyle_sql", "write_lock_sql"]
+           "busy_timeout_ms", "clock_sql", "notify_sql", "paramstyle_sql", "write_lock_sql"]
 
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
 # Any constant will do; it only has to be the same for every harness on one database.
@@ -52,3 +53,17 @@ def notify_sql(dialect: str) -> str | None:
     if dialect == "postgresql":
         return f"SELECT pg_notify('{PG_CHANGE_CHANNEL}', %s)"
     return None
+
+
+def clock_sql(dialect: str) -> str:
+    """The store's clock, in seconds since the epoch, as an SQL expression.
+
+    Leases are timed by it, never by the clients' clocks: on PostgreSQL it is the
+    server's (``clock_timestamp()``, the time it is evaluated, not the transaction's
+    start, which comes before the wait for the write lock), so harnesses on machines whose
+    clocks disagree still agree on when a lease ran out. A SQLite store has one machine's
+    clock anyway (its file is local); ``julianday('now')`` reads it to the millisecond.
+    """
+    if dialect == "sqlite":
+        return "((julianday('now') - 2440587.5) * 86400.0)"
+    return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"

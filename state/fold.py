@@ -39,17 +39,30 @@ class TodoState:
     origin: str = "human"
     created_at: str = ""
     updated_at: str = ""
+    # Who claimed it (`harness next --claim`, `claim_next`) while it is in progress, since
+    # when (the claim event's time), and the claim's lease in seconds (None: it never
+    # expires). Its live expiry moves with heartbeats, which are not events: the store's
+    # `leases` table holds it (state/leases.py).
+    claimed_by: str | None = None
+    claimed_at: str | None = None
+    lease_s: float | None = None
 
     @property
     def id(self) -> str:
         return f"t{self.num}"
 
 
-# Fields a `todo.updated` event may change. `num`, `origin` and `created_at` never change.
+# Fields a `todo.updated` event may change. `num`, `origin`, `created_at` and
+# `claimed_at` (the time of the event that sets `claimed_by`) are never changed directly.
 TODO_MUTABLE: tuple[str, ...] = (
     "content", "status", "priority", "position", "active_form", "stage", "depends_on",
-    "blocked_reason",
+    "blocked_reason", "claimed_by", "lease_s",
 )
+# The claim's fields, left out of a snapshot's todo while it has no claim: snapshots
+# written before claims had them stay equal to the fold (harness rebuild --check).
+CLAIM_FIELDS: tuple[str, ...] = ("claimed_by", "claimed_at", "lease_s")
+# The payload key of a `todo.updated` that a lease running out made (state/leases.py).
+LEASE_EXPIRED = "lease_expired"
 
 
 @dataclass
@@ -149,7 +162,7 @@ class SessionState:
             "session_id": self.session_id,
             "n": self.n,
             "next_num": self.next_num,
-            "todos": [asdict(t) for t in self.by_position()],
+            "todos": [_todo_json(t) for t in self.by_position()],
             "runs": [asdict(r) for r in sorted(self.runs.values(), key=lambda r: r.id)],
             "verifications": [asdict(v) for v in
                               sorted(self.verifications.values(), key=lambda v: v.id)],
@@ -167,6 +180,21 @@ class SessionState:
 
     def copy(self) -> SessionState:
         return SessionState.from_json(json.loads(json.dumps(self.to_json())))
+
+
+def _todo_json(t: TodoState) -> dict[str, Any]:
+    data = asdict(t)
+    if t.claimed_by is None:
+        for name in CLAIM_FIELDS:
+            del data[name]
+    return data
+
+
+def claim_of(t: TodoState) -> tuple[str, float, str] | None:
+    """(holder, lease seconds, claimed at) of a todo's leased claim; None without one."""
+    if t.claimed_by is None or t.lease_s is None:
+        return None
+    return t.claimed_by, t.lease_s, t.claimed_at or ""
 
 
 def board_key(t: TodoState) -> tuple[int, int, float, int]:
@@ -219,7 +247,16 @@ def apply(state: SessionState, ev: Event) -> list[Touched]:
         # Replace, never mutate: a TodoState handed out earlier stays as it was.
         changes = {name: (list(new) if name == "depends_on" else new)
                    for name, (_old, new) in p["changes"].items() if name in TODO_MUTABLE}
-        state.todos[num] = replace(todo, updated_at=ev.ts, **changes)
+        if "claimed_by" in changes:
+            changes["claimed_at"] = ev.ts if changes["claimed_by"] is not None else None
+        new = replace(todo, updated_at=ev.ts, **changes)
+        if new.claimed_by is not None and new.status != "in_progress":
+            # A claim lasts while its todo is in progress: done, blocked, cancelled, back
+            # to pending (a lease that ran out) all end it.
+            new = replace(new, claimed_by=None, claimed_at=None, lease_s=None)
+        elif new.claimed_by is None and (new.lease_s is not None or new.claimed_at):
+            new = replace(new, claimed_at=None, lease_s=None)
+        state.todos[num] = new
         return [("todo", num)]
     if kind == "todo.removed":
         num = int(ev.todo_id)  # type: ignore[arg-type]

@@ -60,6 +60,18 @@ def _run_series(conn: Connection) -> None:
     models.RunSeriesRow.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
 
 
+@migration("005_claim_leases")
+def _claim_leases(conn: Connection) -> None:
+    """Claims with leases: who holds a todo and for how long (three columns of ``todos``,
+    written by the fold), and the ``leases`` table their heartbeats move."""
+    have = {c["name"] for c in inspect(conn).get_columns("todos")}
+    for name, kind in (("claimed_by", "VARCHAR"), ("claimed_at", "VARCHAR"),
+                       ("lease_s", "FLOAT")):
+        if name not in have:
+            conn.execute(text(f"ALTER TABLE todos ADD COLUMN {name} {kind}"))
+    models.LeaseRow.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+
+
 # The light copy that opening a store checks against (state/versions.py) must agree.
 assert tuple(name for name, _ in MIGRATIONS) == MIGRATION_NAMES, "update state/versions.py"
 

@@ -4,9 +4,10 @@
 ``artifacts`` are projections of it, written in the same transaction as each event.
 ``snapshots`` make "state at event N" a seek. ``imports`` remembers which transcript
 items were imported, so importing a file twice adds nothing. ``agent_views`` keep each agent's last
-written list, the base of the three-way merge of its next write. ``run_logs`` holds job
-output by byte offset; logs are data, not events. ``run_series`` holds the points a job
-recorded (``@series`` lines in its log, by the byte offset of the line): data too.
+written list, the base of the three-way merge of its next write. ``leases`` hold the live
+expiry of leased claims, which heartbeats move. ``run_logs`` holds job output by byte
+offset; logs are data, not events. ``run_series`` holds the points a job recorded
+(``@series`` lines in its log, by the byte offset of the line): data too.
 
 JSON columns are TEXT so that SQLite and PostgreSQL hold identical bytes (``db copy``).
 Byte counts (a log offset, an artifact's size) are BIGINT: PostgreSQL's INTEGER stops at
@@ -77,6 +78,28 @@ class TodoRow(SQLModel, table=True):
     origin: str
     created_at: str
     updated_at: str
+    claimed_by: str | None = None
+    claimed_at: str | None = None
+    lease_s: float | None = None
+
+
+class LeaseRow(SQLModel, table=True):
+    """The live part of a leased claim (migration ``005_claim_leases``): one row per todo
+    claimed with a lease, written with the claim and removed when the claim ends.
+
+    Not a projection of the events: heartbeats move ``heartbeat_at`` and ``expires_at``
+    without an event (one UPDATE, not a log row per sign of life; docs/teams.md). Times
+    are seconds since the epoch by the store's clock (state/leases.py). No index beyond
+    the key: a session holds a few live leases, and every query names its session.
+    """
+
+    __tablename__ = "leases"
+    session_id: int = Field(foreign_key="sessions.id", primary_key=True)
+    num: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    holder: str
+    lease_s: float
+    heartbeat_at: float
+    expires_at: float
 
 
 class RunRow(SQLModel, table=True):
@@ -195,5 +218,5 @@ class ImportRow(SQLModel, table=True):
 
 ALL_TABLES = [
     Migration, Meta, SessionRow, EventRow, TodoRow, RunRow, RunLogRow, VerificationRow,
-    ArtifactRow, SnapshotRow, AgentViewRow, ImportRow, RunSeriesRow,
+    ArtifactRow, SnapshotRow, AgentViewRow, ImportRow, RunSeriesRow, LeaseRow,
 ]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from state.connection import Connections, paramstyle_sql
+from state.dialect import clock_sql
 from state.errors import NotFound
 from state.fold import (
     ArtifactState,
@@ -24,6 +25,7 @@ from state.fold import (
     VerificationState,
     apply,
 )
+from state.leases import Lease, lease_from_row
 from state.series import SERIES_COLS, SeriesPoint, point_from_row
 from state.sql import (
     ARTIFACT_COLS,
@@ -72,6 +74,8 @@ class Readers:
     _q: dict[str, str]
 
     def _sql(self, sql: str) -> str:
+        if "{CLOCK}" in sql:
+            sql = sql.replace("{CLOCK}", clock_sql(self.dialect))
         return paramstyle_sql(sql, self.dialect)
 
     def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
@@ -278,6 +282,21 @@ class Readers:
         cur.execute(self._sql(f"SELECT {ARTIFACT_COLS} FROM artifacts WHERE session_id = ?"),
                     (session_id,))
         return verifs, [artifact_from_row(r) for r in cur.fetchall()]
+
+    # -- leases (state/leases.py) ------------------------------------------------------------
+    def lease_check(self, session_id: int, actor: str = "") -> tuple[float, float | None, int]:
+        """(the store's clock, the session's earliest lease expiry or None, how many of
+        the leases ``actor`` holds there were last renewed more than a tenth of their
+        length ago): one query, to decide whether a write is needed at all."""
+        row = self._first(self._q["lease_check"], (session_id, session_id, actor))
+        return float(row[0]), (float(row[1]) if row[1] is not None else None), int(row[2])
+
+    def leases(self, session_id: int) -> tuple[float, dict[int, Lease]]:
+        """(the store's clock, the session's live leases by todo number). A lease whose
+        ``expires_at`` is before the clock has run out and waits for a write to end it."""
+        rows = self._all(self._q["session_leases"], (session_id,))
+        leases = [lease_from_row(r[1:]) for r in rows if r[1] is not None]
+        return float(rows[0][0]), {lease.num: lease for lease in leases}
 
     # -- small things ---------------------------------------------------------------------
     def pipeline_spec(self, session_id: int) -> str | None:

@@ -8,7 +8,9 @@ events. It holds the store's write lock while it works on a session, so the log 
 move under it; readers carry on.
 
 Agent views are not projections (they are each agent's merge base, not derived from
-events) and run logs are data; both are left alone.
+events) and run logs are data; both are left alone. Leases are live data too (heartbeats
+move them), but one must exist exactly for each leased claim the fold holds: a missing
+one is made (running from now), one without its claim removed.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from state import tx as tx_mod
 from state.connection import paramstyle_sql
-from state.fold import SessionState, apply
+from state.fold import SessionState, apply, claim_of
 from state.sql import (
     artifact_values,
     event_from_row,
@@ -132,6 +134,7 @@ def _one(store: Store, cur: Any, q: dict[str, str], sid: int, name: str, check: 
     _compare(name, "run r", state.runs, stored.runs, report)
     _compare(name, "verification v", state.verifications, stored.verifications, report)
     _compare(name, "artifact a", state.artifacts, stored.artifacts, report)
+    _check_leases(store, cur, sid, name, state, check, report)
     report.snapshots += len(new_snaps)
     if check:
         return
@@ -154,6 +157,36 @@ def _compare(session: str, label: str, folded: Mapping[int, Any], stored: Mappin
             fa, fb = asdict(a), asdict(b)
             parts = [f"{k} stored {fb[k]!r}, events say {fa[k]!r}" for k in fa if fa[k] != fb[k]]
             report.differences.append(Difference(session, what, "; ".join(parts)))
+
+
+def _check_leases(store: Store, cur: Any, sid: int, name: str, state: SessionState,
+                  check: bool, report: RebuildReport) -> None:
+    """One ``leases`` row for each leased claim of the fold, held by the claim's holder."""
+    q = store._q
+    cur.execute(q["session_leases"], (sid,))
+    rows = cur.fetchall()
+    now = float(rows[0][0])
+    stored = {r[1]: r[2] for r in rows if r[1] is not None}  # todo -> holder
+    claims = {t.num: claim_of(t) for t in state.todos.values() if claim_of(t) is not None}
+    for num in sorted(set(stored) | set(claims)):
+        claim = claims.get(num)
+        if claim is not None and stored.get(num) == claim[0]:
+            continue
+        what = f"lease of t{num}"
+        if claim is None:
+            report.differences.append(Difference(
+                name, what, f"stored, but the events give t{num} no leased claim"))
+        else:
+            report.differences.append(Difference(name, what, f"missing for {claim[0]}'s claim"
+                                                 if num not in stored else
+                                                 f"held by {stored[num]}, the events say "
+                                                 f"{claim[0]}"))
+        if check:
+            continue
+        if claim is None:
+            cur.execute(q["delete_lease"], (sid, num))
+        else:
+            cur.execute(q["upsert_lease"], (sid, num, claim[0], claim[1], now, now + claim[1]))
 
 
 def _first_difference(stored: dict[str, Any], folded: dict[str, Any]) -> str:

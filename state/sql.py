@@ -15,7 +15,11 @@ from state.fold import ArtifactState, Event, RunState, TodoState, VerificationSt
 from state.values import dumps
 
 TODO_COLS = ("num", "content", "active_form", "status", "priority", "position", "stage",
-              "depends_on", "blocked_reason", "origin", "created_at", "updated_at")
+              "depends_on", "blocked_reason", "origin", "created_at", "updated_at",
+              "claimed_by", "claimed_at", "lease_s")
+LEASE_COLS = "num, holder, lease_s, heartbeat_at, expires_at"
+# ``{CLOCK}`` is the store's clock in seconds since the epoch (state.dialect.clock_sql),
+# put in when the store prepares its statements.
 RUN_COLS = tuple(f.name for f in fields(RunState))
 EVENT_COLS = "seq, session_id, n, ts, actor, kind, todo_id, payload, ref"
 RUN_JSON = ("result", "job")
@@ -27,12 +31,45 @@ SQL: dict[str, str] = {
                 "ORDER BY todo_id DESC LIMIT 1",
     # One round trip for the three numbers every write needs (each an index seek), and
     # the writer's agent view, which an agent's write reads next (a primary-key lookup;
-    # on PostgreSQL a round trip saved is ~10% of an agent write).
+    # on PostgreSQL a round trip saved is ~10% of an agent write); then the store's clock,
+    # the session's earliest lease expiry and how many of the writer's leases were last
+    # renewed more than a tenth of their length ago (a few rows under the session's key),
+    # for the leases (state/leases.py).
     "load_tops": "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
                  "(SELECT n FROM events WHERE session_id = ? ORDER BY n DESC LIMIT 1), "
                  "(SELECT todo_id FROM events WHERE session_id = ? AND todo_id IS NOT NULL "
                  "ORDER BY todo_id DESC LIMIT 1), "
-                 "(SELECT view FROM agent_views WHERE session_id = ? AND actor = ?)",
+                 "(SELECT view FROM agent_views WHERE session_id = ? AND actor = ?), "
+                 "{CLOCK}, (SELECT MIN(expires_at) FROM leases WHERE session_id = ?), "
+                 "(SELECT COUNT(*) FROM leases WHERE session_id = ? AND holder = ? "
+                 "AND {CLOCK} - heartbeat_at > lease_s * 0.1)",
+    # ... and of the actor's leases, how many were last renewed more than a tenth of their
+    # length ago (RENEW_AFTER, state/leases.py): an agent that calls often renews each
+    # lease at most ten times in its length.
+    "lease_check": "SELECT c.now, (SELECT MIN(expires_at) FROM leases WHERE session_id = ?), "
+                   "(SELECT COUNT(*) FROM leases WHERE session_id = ? AND holder = ? "
+                   "AND c.now - heartbeat_at > lease_s * 0.1) "
+                   "FROM (SELECT {CLOCK} AS now) c",
+    # The clock comes back even without a lease (one row of NULLs).
+    "session_leases": "SELECT c.now, l.num, l.holder, l.lease_s, l.heartbeat_at, l.expires_at "
+                      "FROM (SELECT {CLOCK} AS now) c LEFT JOIN leases l ON l.session_id = ? "
+                      "ORDER BY l.num",
+    "lapsed_leases": f"SELECT {LEASE_COLS} FROM leases WHERE session_id = ? "
+                     "AND expires_at <= ? ORDER BY num",
+    "lapsed_sessions": "SELECT DISTINCT session_id FROM leases WHERE expires_at <= {CLOCK} "
+                       "ORDER BY session_id",
+    # The clock read once (PostgreSQL's clock_timestamp() moves during a statement), under
+    # the write lock.
+    "renew_leases": "UPDATE leases SET heartbeat_at = c.now, expires_at = c.now + lease_s "
+                    "FROM (SELECT {CLOCK} AS now) c "
+                    "WHERE session_id = ? AND holder = ? AND expires_at > c.now",
+    "renew_leases_at": "UPDATE leases SET heartbeat_at = ?, expires_at = ? + lease_s "
+                       "WHERE session_id = ? AND holder = ? AND expires_at > ?",
+    "upsert_lease": "INSERT INTO leases (session_id, num, holder, lease_s, heartbeat_at, "
+                    "expires_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, num) DO "
+                    "UPDATE SET holder = excluded.holder, lease_s = excluded.lease_s, "
+                    "heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at",
+    "delete_lease": "DELETE FROM leases WHERE session_id = ? AND num = ?",
     "load_todos": f"SELECT {', '.join(TODO_COLS)} FROM todos WHERE session_id = ?",
     "load_runs": f"SELECT {', '.join(RUN_COLS)} FROM runs WHERE session_id = ?",
     "insert_event": "INSERT INTO events (seq, session_id, n, ts, actor, kind, todo_id, payload, ref)"
@@ -101,13 +138,14 @@ def todo_from_row(row: Sequence[Any]) -> TodoState:
     return TodoState(
         num=row[0], content=row[1], active_form=row[2], status=row[3], priority=row[4],
         position=row[5], stage=row[6], depends_on=json.loads(deps) if deps != "[]" else [],
-        blocked_reason=row[8], origin=row[9], created_at=row[10], updated_at=row[11])
+        blocked_reason=row[8], origin=row[9], created_at=row[10], updated_at=row[11],
+        claimed_by=row[12], claimed_at=row[13], lease_s=row[14])
 
 
 def todo_values(t: TodoState) -> list[Any]:
     return [t.num, t.content, t.active_form, t.status, t.priority, t.position, t.stage,
             dumps(t.depends_on) if t.depends_on else "[]", t.blocked_reason, t.origin,
-            t.created_at, t.updated_at]
+            t.created_at, t.updated_at, t.claimed_by, t.claimed_at, t.lease_s]
 
 
 def run_from_row(row: Sequence[Any]) -> RunState:

@@ -17,6 +17,7 @@ tests/test_cli_latency_imports.py).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from functools import cached_property
@@ -25,7 +26,7 @@ from typing import Any
 
 from state.connection import Connections, normalize_url, notify_sql, sqlite_path
 from state.errors import InvalidChange, ReadOnlyStore, SchemaTooNew, StoreError, StoreUnavailable
-from state.fold import TodoState
+from state.fold import Event, TodoState
 from state.readers import Readers, SessionInfo
 from state.sql import SQL
 from state.tx import SNAPSHOT_EVERY, Tx
@@ -156,6 +157,9 @@ class Store(Readers):
         self._notify = notify_sql(self.dialect)
         # session id -> (last event number, todos) as of this process's last commit there.
         self._todo_cache: dict[int, tuple[int, dict[int, TodoState]]] = {}
+        # (session, actor) -> when (monotonic) a write transaction of this process by that
+        # actor last ended what ran out there and renewed the actor's leases.
+        self._leases_seen: dict[tuple[int, str], float] = {}
         self.created = False  # whether :meth:`open` created this store
 
     @classmethod
@@ -318,9 +322,13 @@ class Store(Readers):
 
     # -- writing --------------------------------------------------------------------------
     @contextmanager
-    def write(self, session_id: int, actor: str, *, ref: str | None = None) -> Iterator[Tx]:
+    def write(self, session_id: int, actor: str, *, ref: str | None = None,
+              heartbeat: bool = True) -> Iterator[Tx]:
+        """A write transaction on the session as ``actor``. It is ``actor``'s heartbeat
+        (its leases there are renewed) unless ``heartbeat`` is False: an import writes as
+        the agent of an old transcript, which says nothing of that agent now."""
         with self._locked() as cur:
-            tx = Tx(self, cur, session_id, actor, ref)
+            tx = Tx(self, cur, session_id, actor, ref, heartbeat=heartbeat)
             yield tx
             tx._flush()
         self._todo_cache[session_id] = (tx.state.n, tx.state.todos)
@@ -365,6 +373,44 @@ class Store(Readers):
         with self.write_new(name, actor=actor, pipeline=pipeline, parent_id=parent_id,
                             fork_n=fork_n, ts=ts) as tx:
             return tx.session_id
+
+    # -- leases (state/leases.py) ------------------------------------------------------------
+    def expire_lapsed(self, session_id: int, actor: str = "human") -> list[Event]:
+        """End the session's leases that have run out, in a write transaction of their own
+        (by ``actor``, who noticed), and return the events; none: no write at all.
+
+        What a read that shows leases calls first. A store this user may not write (a
+        read-only file, a PostgreSQL role without the grants) is left as it is: the
+        reader shows those leases as run out, and the next writer ends them.
+        """
+        now, earliest, _due = self.lease_check(session_id)
+        if earliest is None or earliest > now or self.read_only is not None:
+            return []
+        try:
+            with self.write(session_id, actor) as tx:
+                return tx.expired
+        except StoreError as exc:
+            if exc.message.startswith("not allowed"):
+                return []
+            raise
+
+    def leases_checked(self, session_id: int, actor: str, within: float) -> bool:
+        """Whether a write by ``actor`` in this process ended what ran out in the session
+        and renewed its leases less than ``within`` seconds ago (a hook that wrote need not
+        heartbeat again)."""
+        at = self._leases_seen.get((session_id, actor))
+        return at is not None and time.monotonic() - at < within
+
+    def renew_leases(self, session_id: int, actor: str) -> int:
+        """Renew the leases ``actor`` holds in the session that have not run out: one
+        UPDATE under the write lock, no event. Returns how many it renewed."""
+        with self._locked() as cur:
+            cur.execute(self._q["renew_leases"], (session_id, actor))
+            return max(cur.rowcount, 0)
+
+    def lapsed_sessions(self) -> list[int]:
+        """The sessions that have a lease which ran out (for ``harness sweep``)."""
+        return [r[0] for r in self._all(self._q["lapsed_sessions"])]
 
     # -- change detection ------------------------------------------------------------------
     def watch(self) -> Any:

@@ -13,6 +13,7 @@ It uses the DB-API connection directly: the ORM's unit of work costs ~20x a raw 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -29,7 +30,9 @@ from state.fold import (
     TodoState,
     VerificationState,
     apply,
+    claim_of,
 )
+from state.leases import expire_lapsed
 from state.series import SeriesPoint, point_values
 from state.sql import (
     MULTI_ROW_MAX,
@@ -54,6 +57,7 @@ class TxStore(Protocol):
     _q: dict[str, str]
     _notify: str | None
     _todo_cache: dict[int, tuple[int, dict[int, TodoState]]]
+    _leases_seen: dict[tuple[int, str], float]
 
     def _sql(self, sql: str) -> str: ...
 
@@ -67,7 +71,8 @@ SNAPSHOT_EVERY = 256
 class Tx:
     """One write transaction on one session. Create with :meth:`Store.write`."""
 
-    def __init__(self, store: TxStore, cur: Any, session_id: int, actor: str, ref: str | None):
+    def __init__(self, store: TxStore, cur: Any, session_id: int, actor: str, ref: str | None,
+                 *, heartbeat: bool = True):
         self.store = store
         self.session_id = session_id
         self.actor = actor
@@ -90,6 +95,13 @@ class Tx:
         self.emitted = 0
         self._wrote = False  # a write that is not an event (agent view, session pipeline)
         self._view_writes: dict[str, tuple[str, str]] = {}
+        # Leases (state/leases.py): the store's clock as of the lock, what this
+        # transaction's events did to leased claims (todo -> new claim, or None: ended),
+        # and the leases that ran out and were ended here.
+        self.now = 0.0
+        self._heartbeat = heartbeat
+        self._lease_changes: dict[int, tuple[str, float, str] | None] = {}
+        self.expired: list[Event] = []
         self._load()
 
     # -- loading -------------------------------------------------------------------------
@@ -100,8 +112,10 @@ class Tx:
 
     def _load(self) -> None:
         sid = self.session_id
-        self._cur.execute(self._q["load_tops"], (sid, sid, sid, self.actor))
-        seq, n, top, self._views[self.actor] = self._cur.fetchone()
+        self._cur.execute(self._q["load_tops"], (sid, sid, sid, self.actor, sid, sid,
+                                                 self.actor))
+        seq, n, top, self._views[self.actor], now, earliest, due = self._cur.fetchone()
+        self.now = float(now)
         self._seq = seq or 0
         n = n or 0
         cached = self.store._todo_cache.pop(sid, None)
@@ -116,6 +130,22 @@ class Tx:
         self.state = SessionState(session_id=sid, n=n, next_num=next_num, todos=todos)
         self._start_n = n
         self._existing_todos = set(todos)
+        if earliest is not None and earliest <= self.now:
+            self.expired = expire_lapsed(self)
+        if not self._heartbeat:
+            return
+        if due:
+            # Any write by the holder is a sign of life: its leases (those that have not
+            # run out, just ended above) start again from now; those renewed less than a
+            # tenth of their length ago are left as they are (no write for so little).
+            self.renew_leases()
+        self.store._leases_seen[(sid, self.actor)] = time.monotonic()
+
+    def renew_leases(self) -> None:
+        """Renew every lease of this transaction's actor in its session that has not run
+        out: each runs again from ``now`` (no event)."""
+        self._cur.execute(self._q["renew_leases_at"],
+                          (self.now, self.now, self.session_id, self.actor, self.now))
 
     def fetch_one(self, sql: str, *args: Any) -> Any:
         """One row of a query (``?`` placeholders) inside this transaction, or None."""
@@ -159,8 +189,14 @@ class Tx:
         ev = Event(seq=self._seq, session_id=self.session_id, n=self.state.n + 1,
                    ts=ts or utcnow(), actor=actor, kind=kind, todo_id=todo_id,
                    payload=payload, ref=ref)
+        before = self.state.todos.get(todo_id) if todo_id is not None else None
         for key in apply(self.state, ev):
             self._touched[key] = None
+        if todo_id is not None and kind.startswith("todo."):
+            after = self.state.todos.get(todo_id)
+            claim = claim_of(after) if after is not None else None
+            if claim != (claim_of(before) if before is not None else None):
+                self.lease_changed(todo_id, claim)
         self.events.append(ev)
         self._payloads.append(text_)
         self.emitted += 1
@@ -176,6 +212,11 @@ class Tx:
             self._new_ids[table] = self._one(f"max_id_{table}") or 0
         self._new_ids[table] += 1
         return self._new_ids[table]
+
+    def lease_changed(self, num: int, claim: tuple[str, float, str] | None) -> None:
+        """Todo ``num`` gained the leased ``claim`` (holder, seconds, claimed at), or lost
+        its lease (None): its ``leases`` row is written or removed with the events."""
+        self._lease_changes[num] = claim
 
     # -- todo primitives: validated, and silent when nothing changes ----------------------
     def create_todo(self, content: str, *, status: str = "pending", priority: str = "medium",
@@ -223,6 +264,13 @@ class Tx:
                 value = list(value)
             if getattr(todo, name) != value:
                 diff[name] = [getattr(todo, name), value]
+        if (todo.claimed_by is not None and "status" in diff and diff["status"][1] != "in_progress"
+                and "claimed_by" not in diff):
+            # Said in the event, not only done by the fold: the history shows whose
+            # claim a change of status ended.
+            diff["claimed_by"] = [todo.claimed_by, None]
+            if todo.lease_s is not None:
+                diff["lease_s"] = [todo.lease_s, None]
         if diff:
             self.emit("todo.updated", todo_id=num, payload={"changes": diff}, ts=ts, ref=ref)
         return diff
@@ -303,6 +351,11 @@ class Tx:
             self._cur.execute(self._q["upsert_meta"],
                               (f"pipeline_spec:{self.session_id}", spec_path))
 
+    def set_meta(self, key: str, value: str) -> None:
+        """A store setting that is not history (a session's default claim lease)."""
+        self._wrote = True
+        self._cur.execute(self._q["upsert_meta"], (key, value))
+
     # -- agent views (the base of the three-way merge) ----------------------------------
     def agent_view_text(self, actor: str) -> str | None:
         """The stored view of ``actor`` as JSON text (callers parse and may cache it)."""
@@ -343,6 +396,12 @@ class Tx:
             cur.executemany(q["insert_snapshot"], self._snapshots)
         if self._sources:
             cur.executemany(q["insert_source"], self._sources)
+        for num, claim in self._lease_changes.items():
+            if claim is None:
+                cur.execute(q["delete_lease"], (self.session_id, num))
+            else:
+                cur.execute(q["upsert_lease"], (self.session_id, num, claim[0], claim[1],
+                                                self.now, self.now + claim[1]))
         notify = self.store._notify
         if notify and (self.events or self._logs or self._points or self._wrote):
             cur.execute(notify, (str(self._seq),))
@@ -362,6 +421,7 @@ class Tx:
         self._snapshots = []
         self._sources = []
         self._view_writes = {}
+        self._lease_changes = {}
 
     def _flush_events(self) -> None:
         q, cur, sid = self._q, self._cur, self.session_id

@@ -2,4 +2,4 @@
 them). Readable without SQLAlchemy, so opening an up-to-date store costs one query."""
 
 MIGRATION_NAMES: tuple[str, ...] = ("001_baseline", "002_store_id", "003_import_sources",
-                                     "004_run_series")
+                                     "004_run_series", "005_claim_leases")

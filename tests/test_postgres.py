@@ -304,6 +304,22 @@ def test_roles_decide_who_may_write_what(pg_url: str, pg_cluster: PgCluster) -> 
                 '{"todos":[{"content":"agent work","status":"in_progress"}]}')
     assert r.code == 0, r.err
     assert run_cli(["--db", as_["bot"], "session", "new", "mine"]).code == 1
+    # Agents claim with leases and heartbeat; a watcher's read of a lease that ran out
+    # shows it, writing nothing (it may not); the agent's late heartbeat ends it.
+    r = run_cli(["--db", as_["bot"], "next", "--claim", "--lease", "0.3s", "--actor", "w1"])
+    assert r.code == 0 and r.out.startswith("claimed t1 "), r.err
+    with Store.open(as_["watcher"]) as watcher:
+        while True:
+            now, leases = watcher.leases(sid)
+            if leases[1].left(now) <= 0:
+                break
+            time.sleep(0.05)
+        n = watcher.last_n(sid)
+        listing = run_cli(["--db", as_["watcher"], "list"])
+        assert listing.code == 0 and "claimed by w1 · lease ran out" in listing.out, listing
+        assert watcher.last_n(sid) == n
+    r = run_cli(["--db", as_["bot"], "heartbeat", "--actor", "w1"])
+    assert r.code == 1 and r.err.startswith("refused: t1: lease of agent:w1 ran out"), r.err
     with Store.open(as_["bot"]) as agent:
         # A run is a projection the agent may not write: the whole transaction goes.
         n = agent.last_n(sid)

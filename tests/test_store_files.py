@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,18 @@ def _read_only_run(directory: Path, argv: list[str], stdin: bytes = b"") -> subp
                           timeout=120)
 
 
+def _make_read_only(db: Path) -> None:
+    """Take away the write permissions of ``db`` and its directory (as root, where they
+    mean nothing, :func:`_read_only_run` mounts the directory read-only instead)."""
+    if os.geteuid() != 0:
+        db.chmod(0o444)
+        db.parent.chmod(0o555)
+    probe = _read_only_run(db.parent, ["--version"])
+    if probe.returncode != 0:
+        db.parent.chmod(0o755)
+        pytest.skip(f"cannot mount read-only here: {probe.stderr.decode()[:200]}")
+
+
 @pytest.fixture
 def read_only_copy(tmp_path: Path) -> Path:
     if os.geteuid() == 0 and shutil.which("unshare") is None:
@@ -134,14 +147,43 @@ def read_only_copy(tmp_path: Path) -> Path:
     assert harness_subprocess(["--db", str(db), "add", "Train the drafter", "-p", "high"]) \
         .returncode == 0
     assert harness_subprocess(["--db", str(db), "add", "Verify it"]).returncode == 0
-    if os.geteuid() != 0:
-        db.chmod(0o444)
-        copy.chmod(0o555)
-    probe = _read_only_run(copy, ["--version"])
-    if probe.returncode != 0:
-        pytest.skip(f"cannot mount read-only here: {probe.stderr.decode()[:200]}")
+    _make_read_only(db)
     yield db
     copy.chmod(0o755)
+
+
+def test_a_read_only_store_shows_a_lease_that_ran_out(tmp_path: Path) -> None:
+    """Reads end a lapsed lease by writing; a store nobody may write is only read: the
+    lease shows as run out, and nothing fails."""
+    if os.geteuid() == 0 and shutil.which("unshare") is None:
+        pytest.skip("needs unshare to mount a directory read-only")
+    from harness.agents.claims import next_ready
+
+    db = tmp_path / "backup" / "state.db"
+    db.parent.mkdir()
+    with Store.open(str(db)) as store:
+        sid = store.create_session("default", actor="human")
+        with store.write(sid, "human") as tx:
+            tx.create_todo("Train the drafter")
+        next_ready(store, sid, claim=True, actor="w1", lease=0.05)
+        now, leases = store.leases(sid)
+        while leases[1].left(now) > 0:
+            time.sleep(0.02)
+            now, leases = store.leases(sid)
+        n = store.last_n(sid)
+    _make_read_only(db)
+    try:
+        r = _read_only_run(db.parent, ["--db", str(db), "list"])
+        assert r.returncode == 0, r.stderr
+        assert b"claimed by w1 \xc2\xb7 lease ran out" in r.stdout
+        r = _read_only_run(db.parent, ["--db", str(db), "show", "t1"])
+        assert r.returncode == 0 and b"; ended by the next write" in r.stdout, r.stderr
+        r = _read_only_run(db.parent, ["--db", str(db), "todoread", "--format", "json"])
+        assert r.returncode == 0 and json.loads(r.stdout)[0]["status"] == "in_progress"
+    finally:
+        db.parent.chmod(0o755)
+    with Store.open(str(db)) as store:
+        assert store.last_n(sid) == n
 
 
 def test_a_read_only_store_can_be_read(read_only_copy: Path) -> None:

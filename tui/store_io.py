@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from textual.message import Message
 from harness.charts.model import RunSeries, is_series
 from harness.errors import KNOWN_ERRORS, render
 from state.fold import Event, SessionState, apply
+from state.leases import Lease
 from state.store import Store
 from tui.messages import (
     BoardRefreshed,
@@ -36,6 +38,7 @@ from tui.messages import (
 )
 from tui.text import log_line
 from tui.views import (
+    BoardView,
     ChartsView,
     DetailView,
     LogUpdate,
@@ -50,6 +53,7 @@ from tui.views import (
 Job = Callable[[], WriteDone]
 
 LOG_KEEP = 2000  # lines of a run's log kept in the tail
+LEASE_EVERY = 1.0  # seconds between reads of the live leases while any claim has one
 _PAGE = 512  # events read per step when searching for the next status change
 
 
@@ -104,6 +108,11 @@ class StoreIO:
         self._replay_dirty = False
         self._replay_state: SessionState | None = None
         self._problem = ""
+        # The session's live leases (state/leases.py): heartbeats move them without an
+        # event, so they are read again every LEASE_EVERY seconds while a claim has one.
+        self._leases: dict[int, Lease] = {}
+        self._lease_clock = 0.0
+        self._leases_read = 0.0
 
     # -- asked for by the UI (any thread) ------------------------------------------------
     def select(self, num: int | None) -> None:
@@ -230,14 +239,16 @@ class StoreIO:
             board_changed = bool(events) or meta != (self._name, self._pipeline)
         state = self._state
         assert state is not None
+        leases_changed = self._read_leases(state, first or changed or board_changed)
+        board_changed |= leases_changed
         if board_changed:
-            self._post(BoardRefreshed(board_view(state, name=self._name,
-                                                 pipeline=self._pipeline), self.polls))
+            self._post(BoardRefreshed(self._board(state), self.polls))
         selected = state.todos.get(self._selected) if self._selected is not None else None
         # The selected todo's detail changes with its own events, and its "waiting on"
         # with its dependencies' events.
         affected = selected is not None and (
-            selected.num in touched or not touched.isdisjoint(selected.depends_on))
+            selected.num in touched or not touched.isdisjoint(selected.depends_on)
+            or (leases_changed and selected.claimed_by is not None))
         if self._selected != self._shown or affected:
             self._send_detail()
         elif changed:
@@ -245,6 +256,28 @@ class StoreIO:
             self._tail_series()
         if self._replay_target is not None and (self._replay_dirty or board_changed):
             self._send_replay()
+
+    def _board(self, state: SessionState) -> BoardView:
+        return board_view(state, name=self._name, pipeline=self._pipeline,
+                          leases=self._leases, lease_clock=self._lease_clock,
+                          read_at=self._leases_read)
+
+    def _read_leases(self, state: SessionState, changed: bool) -> bool:
+        """Read the live leases when something changed or LEASE_EVERY has passed (only
+        while a todo has a leased claim); whether they differ from the last read."""
+        leased = any(t.lease_s is not None for t in state.todos.values())
+        if not leased:
+            if not self._leases:
+                return False
+            self._leases = {}
+            return True
+        mono = time.monotonic()
+        if not changed and mono - self._leases_read < LEASE_EVERY:
+            return False
+        before = self._leases
+        self._lease_clock, self._leases = self.store.leases(self.session_id)
+        self._leases_read = mono
+        return self._leases != before
 
     def _read_session(self) -> None:
         row = self.store.session_by_id(self.session_id)
@@ -255,7 +288,9 @@ class StoreIO:
         assert self._state is not None
         num = self._selected
         history = self.store.events(self.session_id, todo_id=num) if num is not None else []
-        view = detail_view(self._state, num, history, live=True)
+        view = detail_view(self._state, num, history, live=True, leases=self._leases,
+                           lease_clock=self._lease_clock
+                           + (time.monotonic() - self._leases_read))
         self._shown = num
         self._post(DetailRefreshed(view))
         self._follow(view)

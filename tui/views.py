@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from harness.charts.model import RunSeries
+from harness.render import claim_label
 from harness.served_view import Comparison, comparisons, verification_figures
 from state.fold import (
     Event,
@@ -21,6 +22,7 @@ from state.fold import (
     VerificationState,
     unmet_dependencies,
 )
+from state.leases import Lease
 from state.series import SeriesPoint
 
 
@@ -37,6 +39,26 @@ class BoardView:
     replay: bool = False
     #: todo number -> the headline figures of its latest verification ("τ 1.87  1.04x")
     figures: Mapping[int, str] = field(default_factory=dict)
+    #: the live leases of claimed todos, read when the store's clock said ``lease_clock``,
+    #: at ``read_at`` on this process's monotonic clock (so time left moves on between reads)
+    leases: Mapping[int, Lease] = field(default_factory=dict)
+    lease_clock: float = 0.0
+    read_at: float = 0.0
+
+    def claims(self, monotonic_now: float) -> dict[int, tuple[str, bool]]:
+        """Per claimed todo in progress: who holds it and the time left on its lease
+        ("w3 · 12m left"), and whether that lease has run out (not ended yet)."""
+        now = self.lease_clock + (monotonic_now - self.read_at)
+        out = {}
+        for t in self.todos.values():
+            if t.claimed_by is not None and t.status == "in_progress":
+                lease = self.leases.get(t.num)
+                label = claim_label(t, lease, now)
+                if label is not None:
+                    ran_out = (lease is not None and lease.holder == t.claimed_by
+                               and lease.left(now) <= 0)
+                    out[t.num] = (label, ran_out)
+        return out
 
 
 @dataclass(frozen=True)
@@ -51,6 +73,9 @@ class DetailView:
     live: bool = True
     #: each served benchmark beside the offline verification of the same checkpoint
     comparisons: tuple[Comparison, ...] = ()
+    #: the todo's live lease, and the store's clock when it was read
+    lease: Lease | None = None
+    lease_clock: float | None = None
 
 
 @dataclass(frozen=True)
@@ -99,10 +124,12 @@ def running_runs(state: SessionState) -> tuple[RunState, ...]:
 
 
 def board_view(state: SessionState, *, name: str, pipeline: str | None,
-               replay: bool = False) -> BoardView:
+               replay: bool = False, leases: Mapping[int, Lease] | None = None,
+               lease_clock: float = 0.0, read_at: float = 0.0) -> BoardView:
     return BoardView(session_id=state.session_id, session_name=name, pipeline=pipeline,
                      n=state.n, todos=dict(state.todos), running=running_runs(state),
-                     replay=replay, figures=latest_figures(state))
+                     replay=replay, figures=latest_figures(state), leases=dict(leases or {}),
+                     lease_clock=lease_clock, read_at=read_at)
 
 
 def latest_figures(state: SessionState) -> dict[int, str]:
@@ -126,7 +153,8 @@ def narrow_figures(text: str) -> str:
 
 
 def detail_view(state: SessionState, num: int | None, history: list[Event], *,
-                live: bool) -> DetailView:
+                live: bool, leases: Mapping[int, Lease] | None = None,
+                lease_clock: float | None = None) -> DetailView:
     todo = state.todos.get(num) if num is not None else None
     if todo is None:
         return DetailView(todo=None, live=live)
@@ -136,7 +164,8 @@ def detail_view(state: SessionState, num: int | None, history: list[Event], *,
                    if v.todo_id == num)
     return DetailView(todo=todo, waiting_on=tuple(unmet_dependencies(todo, state.todos)),
                       history=tuple(history), runs=runs, verifications=verifs, live=live,
-                      comparisons=tuple(comparisons(verifs, state.verifications.values())))
+                      comparisons=tuple(comparisons(verifs, state.verifications.values())),
+                      lease=(leases or {}).get(todo.num), lease_clock=lease_clock)
 
 
 def current_run(detail: DetailView) -> RunState | None:

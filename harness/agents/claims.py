@@ -11,15 +11,23 @@ agents asking at once never get the same todo: the second one reads the list the
 one left. (beads' ``bd ready --claim`` read, then wrote: two agents opened near-identical
 PRs, beads #3570.) The claim's event is by the claiming actor, so ``harness log`` shows
 who holds what.
+
+A claim may have a lease (``--lease 15m``, ``claim_next(lease=...)``, else the session's
+``claim-lease``): it then ends, the todo back to pending, once its holder has given no
+sign of life for that long (:mod:`harness.agents.leases`, :mod:`state.leases`). The
+claim's transaction first ends whatever ran out, so a todo whose lease just ran out is
+the next claimer's, and only one claimer's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.render import safe_line
+from harness.agents.leases import session_lease
+from harness.render import duration_text, iso_time, safe_line
 from state.fold import PRIORITY_RANK, TodoState, unmet_dependencies
+from state.leases import NO_LEASE, iso
 from state.store import Store
 
 HUMAN = "human"
@@ -32,6 +40,7 @@ class NextTodo:
     waiting: int  # pending, but waiting on a dependency
     in_progress: int
     blocked: int
+    lease_expires_at: float | None = None  # the claim's lease runs out then, unless renewed
 
 
 def ready(todos: dict[int, TodoState]) -> list[TodoState]:
@@ -42,11 +51,13 @@ def ready(todos: dict[int, TodoState]) -> list[TodoState]:
 
 
 def next_ready(store: Store, session_id: int, *, claim: bool = False,
-               actor: str | None = None) -> NextTodo:
+               actor: str | None = None, lease: float | None = None) -> NextTodo:
     """The best ready todo; with ``claim``, marked in progress by ``actor`` in the same
-    transaction that chose it."""
-    who = _actor(actor)
+    transaction that chose it, for ``lease`` seconds without a sign of life (None: the
+    session's default; :data:`NO_LEASE`: forever)."""
+    who = claim_actor(actor)
     if not claim:
+        store.expire_lapsed(session_id)  # a todo whose lease ran out is ready again
         todos = {t.num: t for t in store.todos(session_id)}
         return _answer(todos, next(iter(ready(todos)), None), claimed=False)
     from harness.todos import _patch_view
@@ -57,17 +68,27 @@ def next_ready(store: Store, session_id: int, *, claim: bool = False,
         if best is None:
             return _answer(dict(todos), None, claimed=False)
         seen_n = tx.state.n
-        tx.update_todo(best.num, status="in_progress")
+        seconds = session_lease(tx) if lease is None else lease
+        changes: dict[str, object] = {"status": "in_progress", "claimed_by": who}
+        if seconds != NO_LEASE:
+            changes["lease_s"] = seconds
+        tx.update_todo(best.num, **changes)
         if who.startswith("agent:"):
             _patch_view(tx, who, tx.todo(best.num), seen_n)
-        return _answer(dict(tx.state.todos), tx.todo(best.num), claimed=True)
+        found = _answer(dict(tx.state.todos), tx.todo(best.num), claimed=True)
+        if seconds != NO_LEASE:
+            found = replace(found, lease_expires_at=tx.now + seconds)
+        return found
 
 
-def _actor(name: str | None) -> str:
+def claim_actor(name: str | None) -> str:
+    """``--actor w1`` -> ``agent:w1``; none -> ``human``."""
     if not name or not name.strip():
         return HUMAN
     name = " ".join(name.split())
     return name if name.startswith("agent:") or name == HUMAN else f"agent:{name}"
+
+
 
 
 def _answer(todos: dict[int, TodoState], todo: TodoState | None, *, claimed: bool) -> NextTodo:
@@ -98,4 +119,14 @@ def render_next(found: NextTodo, session_name: str, *, claimed: bool) -> tuple[s
     data["todo"] = {"id": t.id, "content": t.content, "status": t.status,
                     "priority": t.priority, "depends_on": [f"t{d}" for d in t.depends_on]}
     verb = "claimed" if found.claimed else "next"
-    return f"{verb} {t.id} ({t.priority}) {safe_line(t.content, 100)}", data
+    text = f"{verb} {t.id} ({t.priority}) {safe_line(t.content, 100)}"
+    if found.claimed:
+        data["todo"]["claimed_by"] = t.claimed_by
+        data["todo"]["lease_s"] = t.lease_s
+        data["todo"]["lease_expires_at"] = (iso(found.lease_expires_at)
+                                            if found.lease_expires_at is not None else None)
+        if found.lease_expires_at is not None and t.lease_s is not None:
+            text += (f" (lease {duration_text(t.lease_s)}, until "
+                     f"{iso_time(found.lease_expires_at)} UTC; each of your calls, or "
+                     "`harness heartbeat`, renews it)")
+    return text, data

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from harness.agents.leases import renew
 from harness.agents.notice import Labeler, mark_seen, seen_now, take
 from harness.context import Harness
 from state.store import Tx
@@ -60,8 +61,11 @@ def notice_answer(harness: Harness, event: str, actor: str,
                   label: Labeler | None = None) -> str | None:
     """What others changed since the agent last saw the list, as the answer to ``event``
     (None: nothing new, and nothing is printed); ``label`` names the items as the agent
-    knows them."""
-    notice = take(harness.store, harness.session(create=True).id, actor, label=label)
+    knows them. The hook is the agent's heartbeat first: its leases are renewed, and one
+    that ran out is ended and told in this notice."""
+    sid = harness.session(create=True).id
+    renew(harness.store, sid, actor)
+    notice = take(harness.store, sid, actor, label=label)
     return None if notice is None else additional_context(event, notice.text())
 
 

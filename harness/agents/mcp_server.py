@@ -14,6 +14,9 @@ and argument checking gives our own one-line messages.
   runner, other agents) changed in the server's session since this agent last saw it,
   told once (:mod:`harness.agents.notice`); ``todowrite`` and ``todoread`` show it in
   their own answer.
+* Every call is the agent's heartbeat: it renews the leases of its claims in the
+  server's session, and a lease that ran out is ended, not taken back, and told in the
+  notice (:func:`harness.agents.leases.renew`).
 * Every write is an event by ``agent:<client name>``, the ``clientInfo.name`` the client
   sent in its initialize handshake (``--actor`` overrides it).
 * Store calls are blocking; they run one at a time in a worker thread, so the event loop
@@ -35,6 +38,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from harness import __version__
+from harness.agents.leases import renew
 from harness.agents.logfile import log
 from harness.agents.notice import seen_now, take
 from harness.agents.todolist import prompt_block, todo_json
@@ -135,13 +139,19 @@ class HarnessMCP:
 
     def _answer(self, spec: ToolSpec, env: ToolEnv, args: dict[str, Any] | None) -> Answer:
         """The tool's answer, led by a notice of what others changed in the server's
-        session since this agent last saw it (:mod:`harness.agents.notice`)."""
-        answer = spec.call(env, args)
-        asked = (args or {}).get("session")
+        session since this agent last saw it (:mod:`harness.agents.notice`). The call is
+        the agent's heartbeat first: its leases there are renewed, and one that ran out is
+        ended and told in this very notice (:func:`harness.agents.leases.renew`)."""
         try:
             sess = self.harness.session()
         except KNOWN_ERRORS:
-            return answer  # the server has no session of its own (yet): nothing to tell
+            sess = None  # the server has no session of its own (yet): nothing to tell
+        if sess is not None:
+            renew(self.harness.store, sess.id, env.actor)
+        answer = spec.call(env, args)
+        asked = (args or {}).get("session")
+        if sess is None:
+            return answer
         if asked and asked != sess.name:
             return answer  # about another session: this one's news waits for its answer
         store = self.harness.store

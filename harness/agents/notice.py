@@ -54,8 +54,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.render import safe_line
-from state.fold import Event
+from harness.render import expiry_text, safe_line
+from state.fold import LEASE_EXPIRED, Event
 from state.sql import EVENT_COLS, event_from_row
 from state.store import Store, Tx
 
@@ -178,6 +178,8 @@ def summarize(events: Iterable[Event], actor: str, *,
             if isinstance(text, str) and text.strip():
                 entry["notes"].append(text)
         else:
+            if isinstance(p.get(LEASE_EXPIRED), dict):  # why it went back to pending
+                entry["notes"].append(expiry_text(p[LEASE_EXPIRED]))
             for name, pair in (p.get("changes") or {}).items():
                 if name not in _FIELDS or not isinstance(pair, list) or len(pair) != 2:
                     continue

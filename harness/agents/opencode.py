@@ -38,10 +38,13 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
         return compacting(harness, props, actor=actor)
     if kind == "tool.after":
         from harness.agents.context_cuts import agent_views
+        from harness.agents.leases import renew
         from harness.agents.notice import positions, take
 
+        sid = harness.session(create=True).id
+        renew(harness.store, sid, actor)  # a tool call is a sign of life
         # Each item named by its place in opencode's last todowrite (``item 2``).
-        notice = take(harness.store, harness.session(create=True).id, actor,
+        notice = take(harness.store, sid, actor,
                       label=positions(agent_views(harness), actor, "item"))
         return notice.text() if notice is not None else None
     from harness.agents.todolist import todowrite

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from harness.formats import (
 from harness.merge import Plan, others_changes, plan, sent_view, standing_notes, view_of
 from harness.render import safe_line
 from state.fold import TodoState, unmet_dependencies
+from state.leases import Lease, iso
 from state.store import Store, Tx
 
 
@@ -172,6 +174,7 @@ def _parse_view(text: str) -> ParsedView:
 
 def todoread(store: Store, session_id: int, fmt: str = "prompt", *,
              session_name: str = "") -> str:
+    store.expire_lapsed(session_id)  # a claim whose lease ran out is shown pending
     todos = sorted(store.todos(session_id), key=lambda t: (t.position, t.num))
     if fmt == "json":
         by_num = {t.num: t for t in todos}
@@ -215,15 +218,36 @@ def prompt_line(t: TodoState, by_num: dict[int, TodoState], width: int | None = 
     if t.status == "blocked":
         reason = t.blocked_reason or "no reason given"
         line += f" - blocked: {safe_line(reason, width) if width else safe_line(reason)}"
+    if t.claimed_by is not None and t.status == "in_progress":
+        line += f" - claimed by {safe_line(t.claimed_by.removeprefix('agent:'), 40)}"
     return line
 
 
-def todo_json(t: TodoState, by_num: dict[int, TodoState]) -> dict[str, Any]:
-    return {
+def todo_json(t: TodoState, by_num: dict[int, TodoState],
+              leases: Mapping[int, Lease] | None = None) -> dict[str, Any]:
+    """A todo as JSON for agents and ``--json``; with the session's live ``leases``
+    (:func:`live_leases`), its lease's length, expiry and last heartbeat too."""
+    data = {
         "id": t.id, "content": t.content, "status": t.status, "priority": t.priority,
         "active_form": t.active_form, "stage": t.stage,
         "depends_on": [f"t{d}" for d in t.depends_on],
         "waiting_on": [f"t{d}" for d in unmet_dependencies(t, by_num)],
         "blocked_reason": t.blocked_reason, "origin": t.origin, "position": t.position,
-        "created_at": t.created_at, "updated_at": t.updated_at,
+        "created_at": t.created_at, "updated_at": t.updated_at, "claimed_by": t.claimed_by,
     }
+    if leases is not None:
+        lease = leases.get(t.num)
+        live = lease if lease is not None and lease.holder == t.claimed_by else None
+        data["lease_s"] = t.lease_s
+        data["lease_expires_at"] = iso(live.expires_at) if live else None
+        data["last_heartbeat_at"] = iso(live.heartbeat_at) if live else None
+    return data
+
+
+def live_leases(store: Store, session_id: int, todos: Iterable[TodoState]
+                ) -> tuple[float | None, dict[int, Lease]]:
+    """(the store's clock, the session's live leases): read only when one of ``todos``
+    has a leased claim (no query otherwise: the clock is then None)."""
+    if not any(t.lease_s is not None for t in todos):
+        return None, {}
+    return store.leases(session_id)

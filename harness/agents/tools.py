@@ -188,8 +188,13 @@ def _todowrite(env: ToolEnv, args: dict[str, Any]) -> Answer:
 
 def _todoread(env: ToolEnv, args: dict[str, Any]) -> Answer:
     sess = env.session(args.get("session"))
-    todos = sorted(env.harness.store.todos(sess.id), key=lambda t: (t.position, t.num))
+    store = env.harness.store
+    if args.get("session"):
+        store.expire_lapsed(sess.id)  # the server's own session: renewal did (mcp_server)
+    todos = sorted(store.todos(sess.id), key=lambda t: (t.position, t.num))
     by_num = {t.num: t for t in todos}
+    # Who holds what (claimed_by), not the lease times: every key costs the agent's
+    # context on every read, and its own leases renew by themselves.
     data = {"session": sess.name, "todos": [todo_json(t, by_num) for t in todos]}
     fmt = args.get("format", "prompt")
     if fmt == "json":
@@ -217,9 +222,11 @@ def _todo_update(env: ToolEnv, args: dict[str, Any]) -> Answer:
 
 def _claim_next(env: ToolEnv, args: dict[str, Any]) -> Answer:
     from harness.agents.claims import next_ready, render_next
+    from harness.todos import parse_lease
 
     sess = env.session(args.get("session"))
-    found = next_ready(env.harness.store, sess.id, claim=True, actor=env.actor)
+    lease = parse_lease(args["lease"], "lease") if "lease" in args else None
+    found = next_ready(env.harness.store, sess.id, claim=True, actor=env.actor, lease=lease)
     text, data = render_next(found, sess.name, claimed=True)
     return Answer(data, text)
 
@@ -443,8 +450,13 @@ TOOLS: dict[str, ToolSpec] = {t.name: t for t in [
         "claim_next", "Claim the next todo",
         "Take the highest-priority ready todo (pending, dependencies done, not a pipeline "
         "stage) and mark it in_progress as yours, atomically: agents working in parallel "
-        "never get the same one. Answers with the todo, or why nothing is ready.",
-        _obj({"session": _SESSION}), _claim_next, read_only=False),
+        "never get the same one. Answers with the todo, or why nothing is ready. With a "
+        "`lease`, the todo goes back to pending if you make no call for that long; every "
+        "call renews it.",
+        _obj({"lease": {"type": ["string", "number"], "minLength": 1, "minimum": 0,
+                        "description": "e.g. \"15m\"; \"none\": never expires. "
+                                       "Default: the session's."},
+              "session": _SESSION}), _claim_next, read_only=False),
     ToolSpec(
         "pipeline_status", "Pipeline status",
         "Where the pipeline stands: each stage bound to a todo (status, what it waits on, "

@@ -1,6 +1,7 @@
-"""`harness todowrite`, `todoread`, `next` and `prime`: the agent's side of the list.
+"""`harness todowrite`, `todoread`, `next`, `heartbeat`, `sweep` and `prime`: the agent's
+side of the list.
 
-The first three run through :mod:`harness.cli.hot` when their command line is plain (no
+The first four run through :mod:`harness.cli.hot` when their command line is plain (no
 click, no SQLAlchemy); these click commands are the same bodies for every other line
 (``--help``, unusual spellings), and the reference for docs/cli.md.
 """
@@ -57,18 +58,74 @@ def todoread_cmd(fmt: str) -> None:
                    "two agents asking at once never get the same todo.")
 @click.option("--actor", metavar="NAME",
               help="Who claims it, recorded as agent:NAME (default: human).")
+@click.option("--lease", metavar="DURATION",
+              help="With --claim: the claim ends (the todo back to pending) after this long "
+                   "without a sign of life from NAME (15m, 90s, 1h30m; `none`: never). "
+                   "Default: the session's claim-lease (`harness session set`), else never.")
 @common_options
 @json_option
-def next_cmd(claim: bool, actor: str | None, as_json: bool) -> None:
+def next_cmd(claim: bool, actor: str | None, lease: str | None, as_json: bool) -> None:
     """The highest-priority todo that is ready: pending, every dependency completed, not
     bound to a pipeline stage (`harness run` starts those).
 
     Exits 0 with a todo, 1 when nothing is ready (and says why), so a worker can loop:
-    `while harness next --claim --actor w1; do ...; done`.
+    `while harness next --claim --actor w1; do ...; done`. A claim with a lease is
+    renewed by every hook and MCP call NAME makes, and by `harness heartbeat --actor NAME`.
     """
-    code = hot.next_todo(harness(), claim=claim, actor=actor, as_json=as_json)
+    code = hot.next_todo(harness(), claim=claim, actor=actor, as_json=as_json, lease=lease)
     if code:
         raise click.exceptions.Exit(code)
+
+
+@click.command("heartbeat")
+@click.option("--actor", metavar="NAME",
+              help="Whose leases, as agent:NAME (default: human).")
+@common_options
+@json_option
+def heartbeat_cmd(actor: str | None, as_json: bool) -> None:
+    """Renew every lease NAME holds in the session: each runs again from now.
+
+    A lease that ran out before this heartbeat is not taken back: its todo went back to
+    pending (maybe to another agent); it is said on stderr, once, and NAME must claim work
+    again. Exits 0 while NAME holds a lease, 1 when it holds none. Hook and MCP calls
+    renew an agent's leases by themselves; this is for agents that work without them.
+    """
+    code = hot.heartbeat(harness(), actor=actor, as_json=as_json)
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+@click.command("sweep")
+@click.option("--all-sessions", "all_sessions", is_flag=True,
+              help="Every session of the store, not only the current one.")
+@common_options
+@json_option
+def sweep_cmd(all_sessions: bool, as_json: bool) -> None:
+    """End the claims whose lease ran out: each todo back to pending, with one event that
+    says whose lease ran out when, and its last heartbeat.
+
+    Claims and reads of the session (`next`, `list`, `show`, hooks, MCP calls) do this as
+    they notice; a sweep is for a session nobody reads. Leases still running are never
+    touched: the sweep runs under the store's write lock, as renewals do.
+    """
+    from harness.agents.leases import sweep
+    from harness.cli.common import emit_json
+    from harness.render import describe, expiry_text
+    from state.leases import expired_lease
+
+    h = harness()
+    ids = None if all_sessions else [h.session().id]
+    events = sweep(h.store, ids)
+    names = {s.id: s.name for s in h.store.sessions()} if events else {}
+    if as_json:
+        emit_json([{**e.to_json(), "session": names.get(e.session_id),
+                    "description": describe(e)} for e in events])
+        return
+    for e in events:
+        click.echo(f"session {names.get(e.session_id, e.session_id)}: t{e.todo_id}: "
+                   f"{expiry_text(expired_lease(e) or {})}; back to pending")
+    if not events:
+        click.echo("no lease has run out")
 
 
 @click.command("prime")
@@ -92,5 +149,5 @@ def prime_cmd(agent: str, no_list: bool) -> None:
 
 
 def register(cli: click.Group) -> None:
-    for cmd in (todowrite_cmd, todoread_cmd, next_cmd, prime_cmd):
+    for cmd in (todowrite_cmd, todoread_cmd, next_cmd, heartbeat_cmd, sweep_cmd, prime_cmd):
         cli.add_command(cmd)

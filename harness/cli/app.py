@@ -52,6 +52,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "export": ("replay_cmds", "export",
         "Write SESSION's events (default: the current session) as JSONL, which `harness "
         "import` reads back: export, import, export gives the same bytes apart from ids."),
+    "heartbeat": ("agent_cmds", "heartbeat_cmd",
+        "Renew every lease NAME holds in the session: each runs again from now."),
     "hook": ("agent_io_cmds", "hook_group",
         "Hooks for agents that keep their own todo list: they copy it into the store, mark "
         "where the agent's context was cut, and give the list back after each cut."),
@@ -111,6 +113,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "status": ("run_cmds", "status",
         "Per stage: the todo's status, its last run (host, duration, exit code) and the last "
         "lines of that run's log."),
+    "sweep": ("agent_cmds", "sweep_cmd",
+        "End the claims whose lease ran out: each todo back to pending, with one event that "
+        "says whose lease ran out when, and its last heartbeat."),
     "todoread": ("agent_cmds", "todoread_cmd",
         "Print the session's todo list for an agent (or a person)."),
     "todowrite": ("agent_cmds", "todowrite_cmd",

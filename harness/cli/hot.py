@@ -1,9 +1,9 @@
 """The commands an agent runs on every todo change, without click.
 
-``harness todowrite``, ``todoread``, ``next`` and ``hook claude-code|opencode|codex|gemini-cli``
-are fresh processes each time, and a Claude Code hook runs on every todo call: importing
-click, the rest of the CLI and SQLAlchemy cost them most of their time
-(docs/PERFORMANCE.md, "Agent calls"). Here their command lines are read by hand, with the
+``harness todowrite``, ``todoread``, ``next``, ``heartbeat`` and ``hook
+claude-code|opencode|codex|gemini-cli`` are fresh processes each time, and a Claude Code
+hook runs on every todo call: importing click, the rest of the CLI and SQLAlchemy cost
+them most of their time (docs/PERFORMANCE.md, "Agent calls"). Here their command lines are read by hand, with the
 global ``--db``/``--session`` anywhere, as click reads them. A line with anything else
 (``--help``, an option or a value this parser does not know, a subcommand such as
 ``hook claude-code install``) is not ours: :func:`run` returns None and the click
@@ -31,7 +31,8 @@ COMMANDS: dict[tuple[str, ...], dict[str, Any]] = {
     ("todowrite",): {"--format": TODOWRITE_FORMATS, "--actor": None, "--file": None,
                      "--no-response-view": FLAG},
     ("todoread",): {"--format": TODOREAD_FORMATS},
-    ("next",): {"--claim": FLAG, "--actor": None, "--json": FLAG},
+    ("next",): {"--claim": FLAG, "--actor": None, "--json": FLAG, "--lease": None},
+    ("heartbeat",): {"--actor": None, "--json": FLAG},
     ("hook", "claude-code"): {"--actor": None},
     ("hook", "opencode"): {"--actor": None},
     ("hook", "codex"): {"--actor": None},
@@ -105,9 +106,11 @@ def run(args: list[str]) -> int | None:
                   no_response_view=bool(opts.get("--no-response-view")))
     elif words == ("todoread",):
         todoread(h, opts.get("--format", "prompt"))
+    elif words == ("heartbeat",):
+        return heartbeat(h, actor=opts.get("--actor"), as_json=bool(opts.get("--json")))
     else:
         return next_todo(h, claim=bool(opts.get("--claim")), actor=opts.get("--actor"),
-                         as_json=bool(opts.get("--json")))
+                         as_json=bool(opts.get("--json")), lease=opts.get("--lease"))
     return 0
 
 
@@ -184,16 +187,44 @@ def todoread(h: Any, fmt: str) -> None:
     out(read_list(h.store, sess.id, fmt, session_name=sess.name))
 
 
-def next_todo(h: Any, *, claim: bool, actor: str | None, as_json: bool) -> int:
-    """``harness next``: the todo to work on now (claimed, with ``--claim``). Exit 0 with
-    one, 1 when nothing is ready (so scripts can loop on it)."""
+def next_todo(h: Any, *, claim: bool, actor: str | None, as_json: bool,
+              lease: str | None = None) -> int:
+    """``harness next``: the todo to work on now (claimed, with ``--claim``, for
+    ``--lease``). Exit 0 with one, 1 when nothing is ready (so scripts can loop on it)."""
     from harness.agents.claims import next_ready, render_next
+    from harness.errors import UsageError
 
+    seconds = None
+    if lease is not None:
+        if not claim:
+            raise UsageError("only with --claim (a lease is how long a claim lasts)",
+                             where="--lease")
+        from harness.todos import parse_lease
+
+        seconds = parse_lease(lease)
     sess = h.session()
-    found = next_ready(h.store, sess.id, claim=claim, actor=actor)
+    found = next_ready(h.store, sess.id, claim=claim, actor=actor, lease=seconds)
     text, data = render_next(found, sess.name, claimed=claim)
     out(json.dumps(data, indent=2, ensure_ascii=False) if as_json else text)
     return 0 if found.todo is not None else 1
+
+
+def heartbeat(h: Any, *, actor: str | None, as_json: bool) -> int:
+    """``harness heartbeat``: renew the actor's leases in the session. Exit 0 while it
+    holds one, 1 when it holds none (a lease it lost is said on stderr, once)."""
+    from harness.agents.claims import claim_actor
+    from harness.agents.leases import heartbeat as beat
+
+    sess = h.session()
+    found = beat(h.store, sess.id, sess.name, claim_actor(actor))
+    if as_json:
+        out(json.dumps(found.to_json(), indent=2, ensure_ascii=False))
+    else:
+        for line in found.lines():
+            out(line)
+    for line in found.refusals():
+        note(f"refused: {line}")
+    return 0 if found.held else 1
 
 
 def hook(agent: str, *, db: str | None, session: str | None, actor: str | None,

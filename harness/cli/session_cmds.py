@@ -1,4 +1,4 @@
-"""`harness init`, `harness where`, `harness session new|list|use`."""
+"""`harness init`, `harness where`, `harness session new|list|use|set`."""
 
 from __future__ import annotations
 
@@ -83,6 +83,9 @@ def session_new(name: str, use: bool) -> None:
 @json_option
 def session_list(as_json: bool) -> None:
     """List the sessions in the store."""
+    from harness.agents.leases import stored_session_lease
+    from harness.render import duration_text
+
     h = harness()
     current = current_session(h.store.public_url) or "default"
     counts = h.store.session_counts()
@@ -93,7 +96,8 @@ def session_list(as_json: bool) -> None:
         rows.append({"name": s.name, "current": s.name == current, "todos": total,
                      "completed": c.get("completed", 0), "blocked": c.get("blocked", 0),
                      "events": c.get("events", 0), "pipeline": s.pipeline,
-                     "created_at": s.created_at, "parent_id": s.parent_id})
+                     "created_at": s.created_at, "parent_id": s.parent_id,
+                     "claim_lease_s": stored_session_lease(h.store, s.id) or None})
     if as_json:
         emit_json(rows)
         return
@@ -104,6 +108,8 @@ def session_list(as_json: bool) -> None:
     for r in rows:
         mark = "*" if r["current"] else " "
         extra = f"  pipeline {r['pipeline']}" if r["pipeline"] else ""
+        if r["claim_lease_s"]:
+            extra += f"  claim-lease {duration_text(r['claim_lease_s'])}"
         click.echo(f"{mark} {r['name']:<{width}}  {r['completed']}/{r['todos']} done"
                    f"  {r['blocked']} blocked  {r['events']} events{extra}")
 
@@ -120,6 +126,38 @@ def session_use(name: str) -> None:
                         hint=f"create it with `harness session new {name}`")
     set_current_session(h.store.public_url, name)
     click.echo(f"now using session {name}")
+
+
+# session settings: name -> what it is (shown in errors and the help)
+SETTINGS = {"claim-lease": "the lease of a claim made without --lease (15m, 90s, 1h30m; "
+                           "`none`: claims never expire)"}
+
+
+@session.command("set")
+@click.argument("key", metavar="KEY")
+@click.argument("value", metavar="VALUE")
+@common_options
+def session_set(key: str, value: str) -> None:
+    """Set KEY to VALUE for the current session, for everyone who uses it.
+
+    Keys: `claim-lease`, the lease of a claim made without --lease (`harness next --claim`,
+    the MCP tool claim_next): 15m, 90s, 1h30m, or `none` for claims that never expire
+    (the default).
+    """
+    from harness.agents.leases import SETTING, set_session_lease
+    from harness.render import duration_text
+    from harness.todos import parse_lease
+
+    if key != SETTING:
+        raise UsageError(f"unknown session setting {key!r} (known: {', '.join(SETTINGS)})",
+                         where="harness session set")
+    seconds = parse_lease(value, where=f"session set {key}")
+    h = harness()
+    sess = h.session()
+    set_session_lease(h.store, sess.id, seconds)
+    click.echo(f"session {sess.name}: claims last "
+               + (f"{duration_text(seconds)} without a sign of life" if seconds
+                  else "until their todo leaves in progress (no lease)"))
 
 
 def register(cli: click.Group) -> None:

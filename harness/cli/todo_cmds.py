@@ -9,17 +9,33 @@ import click
 from harness import todos as uc
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.errors import InputError, UsageError
-from harness.render import BADGE, GLYPH, SECTION, aligned, describe, safe_line, safe_text
+from harness.render import (
+    BADGE,
+    GLYPH,
+    SECTION,
+    aligned,
+    claim_label,
+    claim_text,
+    describe,
+    safe_line,
+    safe_text,
+)
 from harness.served_view import comparisons
 from state.fold import STATUSES, TodoState, board_key, unmet_dependencies
+from state.leases import Lease
 
 PRIORITY_CHOICE = click.Choice(["high", "medium", "low", "H", "M", "L", "h", "m", "l"])
 
 
-def _row(t: TodoState, by_num: dict[int, TodoState], width: int = 72) -> str:
+def _row(t: TodoState, by_num: dict[int, TodoState], width: int = 72,
+         leases: tuple[float | None, dict[int, Lease]] = (None, {})) -> str:
     line = f"  {GLYPH.get(t.status, '?')} {t.id:<4} [{BADGE.get(t.priority, '?')}] " \
            f"{safe_line(t.content, width)}"
     extras = []
+    now, live = leases
+    claim = claim_label(t, live.get(t.num), now or 0.0)
+    if claim is not None and t.status == "in_progress":
+        extras.append(f"claimed by {claim}")
     if t.stage:
         extras.append(f"stage {t.stage}")
     waits = unmet_dependencies(t, by_num)
@@ -30,7 +46,8 @@ def _row(t: TodoState, by_num: dict[int, TodoState], width: int = 72) -> str:
     return line + ("  · " + " · ".join(extras) if extras else "")
 
 
-def print_board(todos: Sequence[TodoState], session_name: str) -> None:
+def print_board(todos: Sequence[TodoState], session_name: str,
+                leases: tuple[float | None, dict[int, Lease]] = (None, {})) -> None:
     by_num = {t.num: t for t in todos}
     done = sum(t.status == "completed" for t in todos)
     click.echo(f"session {session_name}: {done}/{len(todos)} completed")
@@ -40,7 +57,7 @@ def print_board(todos: Sequence[TodoState], session_name: str) -> None:
             current = t.status
             count = sum(x.status == current for x in todos)
             click.echo(f"{SECTION.get(current, current)} ({count})")
-        click.echo(_row(t, by_num))
+        click.echo(_row(t, by_num, leases=leases))
 
 
 @click.command()
@@ -83,21 +100,23 @@ def add(text: str, priority: str, stage: str | None, move_stage: bool,
 def list_(statuses: tuple[str, ...], as_json: bool) -> None:
     """List todos: by section (in progress, pending, blocked, completed, cancelled), then
     priority, then position. Shows what each todo is waiting on."""
+    from harness.agents.todolist import live_leases, todo_json
+
     h = harness()
     sess = h.session()
+    h.store.expire_lapsed(sess.id)  # a claim whose lease ran out is listed pending
     todos = h.store.todos(sess.id)
     by_num = {t.num: t for t in todos}
     shown = [t for t in todos if not statuses or t.status in statuses]
     shown.sort(key=board_key)
+    leases = live_leases(h.store, sess.id, shown)
     if as_json:
-        from harness.agents.todolist import todo_json
-
-        emit_json([todo_json(t, by_num) for t in shown])
+        emit_json([todo_json(t, by_num, leases[1]) for t in shown])
         return
     if not shown:
         click.echo(f"session {sess.name}: no todos" + (" with that status" if statuses else ""))
         return
-    print_board(shown, sess.name)
+    print_board(shown, sess.name, leases)
 
 
 @click.command()
@@ -113,11 +132,15 @@ def show(todo_id: str, as_json: bool) -> None:
     verify or benchmark todo, its offline (reference loop) and served (engine) figures are
     shown side by side.
     """
+    from harness.agents.todolist import live_leases
+
     h = harness()
     sid = h.session().id
     num = uc.parse_id(todo_id)
+    h.store.expire_lapsed(sid)  # a lease that ran out is ended before it is shown
     t = h.store.todo(sid, num)
     by_num = {x.num: x for x in h.store.todos(sid)}
+    now, leases = live_leases(h.store, sid, [t])
     events = h.store.events(sid, todo_id=num)
     runs = h.store.runs(sid, todo_id=num)
     verifications = h.store.verifications(sid, todo_id=num)
@@ -127,7 +150,7 @@ def show(todo_id: str, as_json: bool) -> None:
     if as_json:
         from harness.agents.todolist import todo_json  # the agent's JSON shape of a todo
 
-        data = todo_json(t, by_num)
+        data = todo_json(t, by_num, leases)
         if link is not None:
             data["claude_task"] = {"list": link.list_id, "task": link.task_id,
                                    "file": str(link.path), "dropped": link.dropped}
@@ -156,6 +179,8 @@ def show(todo_id: str, as_json: bool) -> None:
                    + (f" (waiting on {', '.join(f't{d}' for d in waits)})" if waits else ""))
     if t.status == "blocked":
         click.echo(f"blocked: {safe_text(t.blocked_reason or '')}")
+    if t.claimed_by is not None:
+        click.echo(claim_text(t, leases.get(t.num), now))
     if link is not None:
         click.echo(f"claude code: task {safe_line(link.task_id)} of list "
                    f"{safe_line(link.list_id)}"

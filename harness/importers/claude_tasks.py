@@ -165,7 +165,7 @@ def sync_task_list(store: Store, directory: str | os.PathLike[str], *,
         report.session_created = True
         ctx = store.write_new(name, actor=ACTOR, created_by="import", ts=report.first_ts)
     else:
-        ctx = store.write(row.id, ACTOR)
+        ctx = store.write(row.id, ACTOR, heartbeat=False)
     with ctx as tx:
         before = tx.emitted
         changed = _apply(tx, list_id, tasks)

@@ -226,7 +226,7 @@ def _open(store: Store, parser: Any, path: Path, report: ImportReport, session: 
     report.session = name
     row = store.session_by_name(name)
     if row is not None:
-        return store.write(row.id, actor)
+        return store.write(row.id, actor, heartbeat=False)
     report.session_created = True
     start = parser.info.first_ts or first.ts
     if start is not None and first.ts is not None and first.ts < start:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import cast
 
 from textual import on
@@ -75,7 +76,7 @@ class BoardScreen(Screen[None]):
         if previous is not None and previous.session_id != view.session_id:
             board.show({})  # another session (after a fork): start from the top
         with self.app.batch_update():
-            board.show(view.todos, view.figures)
+            board.show(view.todos, view.figures, view.claims(time.monotonic()))
             self.query_one(SessionHeader).show(view, self.harness.clock())
 
     def show_detail(self, view: DetailView) -> None:
@@ -98,10 +99,14 @@ class BoardScreen(Screen[None]):
         self.query_one(DetailPane).add_points(update, run)
 
     def tick(self) -> None:
-        """Running durations move on even when nothing is written."""
+        """Running durations and the time left on leases move on even when nothing is
+        written."""
         if self.board_view is not None and self.board_view.running:
             for header in self.query(SessionHeader):  # none while the app shuts down
                 header.show(self.board_view, self.harness.clock())
+        if self.board_view is not None and self.board_view.leases:
+            for board in self.query(Board):
+                board.show_claims(self.board_view.claims(time.monotonic()))
 
     @on(Board.Selected)
     def _selected_changed(self, event: Board.Selected) -> None:

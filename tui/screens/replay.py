@@ -56,7 +56,9 @@ class ReplayScreen(Screen[None]):
         if not self._ready:
             return
         with self.app.batch_update():
-            self.query_one(Board).show(view.board.todos, view.board.figures)
+            # Who held what then (no lease times: those are live, not history).
+            self.query_one(Board).show(view.board.todos, view.board.figures,
+                                       view.board.claims(0.0))
             self.query_one(SessionHeader).show(view.board, self.harness.clock())
             self.query_one(DetailPane).show(view.detail, self.harness.clock())
             self.query_one(Timeline).show(view)

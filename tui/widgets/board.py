@@ -69,6 +69,8 @@ class Board(ScrollView, can_focus=True):
         & > .board--waiting { color: $text-warning; text-style: italic; }
         & > .board--reason { color: $text-error; }
         & > .board--figures { color: $text-accent; text-style: bold; }
+        & > .board--claim { color: $text-primary; }
+        & > .board--expired { color: $text-error; text-style: bold; }
     }
     """
     COMPONENT_CLASSES: ClassVar[set[str]] = {
@@ -76,7 +78,7 @@ class Board(ScrollView, can_focus=True):
         "board--id", "board--in_progress", "board--pending", "board--blocked",
         "board--completed", "board--cancelled", "board--high", "board--medium", "board--low",
         "board--done-text", "board--cancelled-text", "board--stage", "board--waiting",
-        "board--reason", "board--figures",
+        "board--reason", "board--figures", "board--claim", "board--expired",
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up,k", "cursor_up", "Up", show=False),
@@ -103,6 +105,7 @@ class Board(ScrollView, can_focus=True):
         self._todos: dict[int, TodoState] = {}
         self._waits: dict[int, tuple[int, ...]] = {}
         self._figures: dict[int, str] = {}
+        self._claims: dict[int, tuple[str, bool]] = {}
         self._counts: dict[str, int] = dict.fromkeys(ORDER, 0)
         self._sections: dict[str, list[tuple[tuple[int, int, float, int], int]]] = {
             s: [] for s in ORDER}
@@ -137,9 +140,12 @@ class Board(ScrollView, can_focus=True):
 
     # -- feeding ---------------------------------------------------------------------------
     def show(self, todos: Mapping[int, TodoState],
-             figures: Mapping[int, str] | None = None) -> None:
+             figures: Mapping[int, str] | None = None,
+             claims: Mapping[int, tuple[str, bool]] | None = None) -> None:
         """Show this list: redraw changed rows, re-sort, keep the cursor on its todo.
-        ``figures`` are the verification headlines shown on their todos' rows.
+        ``figures`` are the verification headlines shown on their todos' rows; ``claims``
+        who holds a claimed todo and the time left on its lease, and whether that lease
+        ran out (:meth:`tui.views.BoardView.claims`).
 
         TodoStates are replaced, never mutated, when they change, so "changed" is "not the
         same object": a refresh costs a pass over the ids plus the changed rows, and each
@@ -171,6 +177,7 @@ class Board(ScrollView, can_focus=True):
             if figures.get(num) != self._figures.get(num):
                 self._strips.pop(num, None)
         self._figures = figures
+        self._set_claims(claims or {})
         for num in changed:
             if todos[num].depends_on:
                 self._with_deps.add(num)
@@ -213,6 +220,21 @@ class Board(ScrollView, can_focus=True):
         self.loaded = True
         self._place_cursor(cursor, screen_line=old_line)
         self.refresh()
+
+    def show_claims(self, claims: Mapping[int, tuple[str, bool]]) -> None:
+        """New claim labels (time left moves on): only the rows whose label changed are
+        drawn again."""
+        if self._set_claims(claims):
+            self.refresh()
+
+    def _set_claims(self, claims: Mapping[int, tuple[str, bool]]) -> bool:
+        claims = dict(claims)
+        changed = [num for num in set(claims) | set(self._claims)
+                   if claims.get(num) != self._claims.get(num)]
+        for num in changed:
+            self._strips.pop(num, None)
+        self._claims = claims
+        return bool(changed)
 
     # -- the cursor ------------------------------------------------------------------------
     def _todo_line(self, line: int, step: int) -> int | None:
@@ -363,10 +385,14 @@ class Board(ScrollView, can_focus=True):
         used = 4 + self._id_width + 4
         avail = width - used
         narrow = avail < NARROW
-        # What follows the text, most telling first: the evidence, what it waits on, why
-        # it is blocked, its stage. A narrow board keeps what fits whole, in short forms
+        # What follows the text, most telling first: who holds it (and for how long), the
+        # evidence, what it waits on, why it is blocked, its stage. A narrow board keeps what fits whole, in short forms
         # (the detail pane has it all).
         extras: list[tuple[str, str]] = []
+        claim = self._claims.get(t.num)
+        if claim is not None:
+            label, ran_out = claim
+            extras.append((label, "expired" if ran_out else "claim"))
         figures = self._figures.get(t.num)
         if figures:
             extras.append((narrow_figures(figures) if narrow else figures, "figures"))

@@ -12,7 +12,7 @@ from textual.widget import Widget
 from textual.widgets import Static, TabbedContent, TabPane
 
 from harness.charts.model import RunSeries, charts, main_metric
-from harness.render import BADGE, GLYPH, describe
+from harness.render import BADGE, GLYPH, claim_text, describe
 from state.fold import Event, RunState
 from tui.text import block, clock, line, run_duration
 from tui.views import DetailView, LogUpdate, SeriesUpdate, current_run
@@ -53,6 +53,12 @@ def head(view: DetailView) -> Text:
     if t.status == "blocked":
         out.append("\nblocked: ", style="bold red")
         out.append_text(block(t.blocked_reason or "(no reason given)", style="red"))
+    if t.claimed_by is not None:
+        ran_out = (view.lease is not None and view.lease_clock is not None
+                   and view.lease.left(view.lease_clock) <= 0)
+        out.append("\n")
+        out.append_text(line(claim_text(t, view.lease, view.lease_clock),
+                             style="bold red" if ran_out else ""))
     if t.active_form:
         out.append("\nactive form: ", style="dim")
         out.append_text(line(t.active_form))
