@@ -112,6 +112,9 @@ phase_b() {  # start the served run detached (or find it running), follow it up 
   if kill -0 "$pid" 2>/dev/null; then
     stamp "still running (harness run pid $pid): call 'bash scripts/h200_serve.sh b' again" \
       "within 30 s" | tee -a "$OUT/b.log"
+    # what has finished so far comes back too, in case no later call gets to collect
+    { harness -s h200 status; harness -s h200 verifications --json; } >"$OUT/b-status.txt" 2>&1
+    collect b
     return 0
   fi
   stamp "$(cat "$WORK/b.rc" 2>/dev/null || echo 'rc unknown')" | tee -a "$OUT/b.log"

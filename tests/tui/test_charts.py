@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from textual.widgets import Log, Static
+from textual.widgets import Static
 
 from state.series import SeriesPoint
 from state.store import Store
@@ -22,6 +22,7 @@ from tests.tui.test_snapshots import SIZE, SMALL, ready
 from tui.app import HarnessApp
 from tui.screens.charts import ChartScreen
 from tui.widgets.chart import SeriesChart
+from tui.widgets.logtail import LogTail
 from tui.widgets.verification import VerificationPanel
 
 pytestmark = pytest.mark.anyio
@@ -82,7 +83,7 @@ async def test_the_chart_follows_a_running_stage_live(campaign: Campaign) -> Non
             tx.append_log(run, end, '\n@series {"metric": "loss", "x": 2250, "y": 2.1}\n'
                                     "epoch 2/5  step 800/1250  loss 2.20\n")
         await pilot.press("2")
-        log = app.screen.query_one(Log)
+        log = app.screen.query_one(LogTail)
         assert await wait_until(pilot, lambda: "epoch 2/5  step 800/1250  loss 2.20"
                                 in log.lines)
         assert not any("@series" in line for line in log.lines)
