@@ -287,6 +287,11 @@ def test_a_persons_cancel_holds_against_either_route(db_path: Path, route: str) 
         _say(db_path, route, status)
         assert [(t.content, t.status) for t in stored(db_path)] == [
             ("Export the drafter", "cancelled")], status
+    if route == "TaskUpdate":  # nor does the TaskCompleted event of the same task
+        done = base("44444444-dddd", hook_event_name="TaskCompleted", task_id="1",
+                    task_subject="Export the drafter")
+        assert hook(db_path, done).returncode == 0
+        assert stored(db_path)[0].status == "cancelled"
     _say(db_path, route, "in_progress")  # starting it again does move it on
     assert stored(db_path)[0].status == "in_progress"
 
