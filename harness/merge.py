@@ -147,7 +147,7 @@ def plan(current: Mapping[int, TodoState], base: Sequence[ViewItem] | None,
         it, b = items[i], base_by_num.get(num)
         if b is not None and b[1:] == it:
             continue  # exactly as the agent last knew it: nothing of the agent's to apply
-        changes = _field_changes(current[num], b, it, caps)
+        changes = field_changes(current[num], b, it, caps)
         if changes:
             out.updates[num] = changes
 
@@ -165,8 +165,12 @@ def plan(current: Mapping[int, TodoState], base: Sequence[ViewItem] | None,
     return out
 
 
-def _field_changes(cur: TodoState, base: ViewItem | None, it: Item,
-                   caps: Capabilities) -> dict[str, Any]:
+def field_changes(cur: TodoState, base: ViewItem | None, it: Item,
+                  caps: Capabilities) -> dict[str, Any]:
+    """What the agent's word ``it`` on one todo changes in ``cur``, merged against
+    ``base``, the todo as the agent last knew it (None: apply what it says outright).
+    The one rule for every agent write, whole list or single task
+    (:mod:`harness.agents.agent_write`). A None field of ``it`` says nothing."""
     changes: dict[str, Any] = {}
     for name in _FIELDS:
         value = getattr(it, name)

@@ -330,7 +330,7 @@ class Store(Readers):
         with self._locked() as cur:
             tx = Tx(self, cur, session_id, actor, ref, heartbeat=heartbeat)
             yield tx
-            tx._flush()
+            tx.write_out()
         self._todo_cache[session_id] = (tx.state.n, tx.state.todos)
 
     @contextmanager
@@ -364,7 +364,7 @@ class Store(Readers):
                 payload["fork_n"] = fork_n
             tx.emit("session.created", payload=payload, ts=created, actor=created_by)
             yield tx
-            tx._flush()
+            tx.write_out()
         self._todo_cache[sid] = (tx.state.n, tx.state.todos)
 
     def create_session(self, name: str, *, actor: str, pipeline: str | None = None,

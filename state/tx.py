@@ -376,9 +376,14 @@ class Tx:
         self._wrote = True
 
     # -- flushing ------------------------------------------------------------------------
-    def _flush(self) -> None:
+    def write_out(self) -> None:
         """Write what the transaction did: events, projection rows, logs, agent views,
         snapshots, import sources, and (PostgreSQL) the notification for watchers.
+
+        :meth:`Store.write <state.store.Store.write>` and ``write_new`` call this as their
+        block ends, just before COMMIT: every write of a transaction goes out in one batch
+        there, not statement by statement as the caller emits. (:meth:`flush` is this
+        mid-transaction, then a fresh batch.)
 
         (psycopg's pipeline mode was tried for these writes: slower here, its sync costs
         more than the ~30 µs round trips it saves on a local server.)
@@ -412,7 +417,7 @@ class Tx:
         A long import calls this now and then so that its memory stays bounded; the
         transaction still commits or rolls back as a whole.
         """
-        self._flush()
+        self.write_out()
         self.events = []
         self._payloads = []
         self._touched = {}

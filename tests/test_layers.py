@@ -3,7 +3,9 @@ fresh interpreter per layer that must not drag in what it may not use."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -51,3 +53,30 @@ def test_import_linter_contracts() -> None:
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "0 broken" in r.stdout
+
+
+
+# A name that holds a write transaction (state.tx.Tx): tx, new_tx, txn.
+_TX_NAME = re.compile(r"(\w+_)?txn?")
+
+
+def private_tx_uses(source: str, where: str) -> list[str]:
+    """Each ``tx._name`` in ``source``: a private member of a Tx used from outside it."""
+    return [f"{where}:{node.lineno}: {node.value.id}.{node.attr}"
+            for node in ast.walk(ast.parse(source, filename=where))
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and _TX_NAME.fullmatch(node.value.id) and node.attr.startswith("_")
+            and not node.attr.startswith("__")]
+
+
+def test_no_module_uses_a_private_member_of_the_write_transaction() -> None:
+    """What the store and the use cases need of a Tx is public (``Tx.write_out`` for the
+    store's end of a block), so its private parts may change with state/tx.py alone."""
+    assert private_tx_uses("def end(tx):\n    tx._flush()\n    tx.flush()\n", "x.py") \
+        == ["x.py:2: tx._flush"]
+    found = [hit for package in ("harness", "state", "tui", "pipeline")
+             for path in sorted((ROOT / package).rglob("*.py"))
+             if path != ROOT / "state" / "tx.py"
+             for hit in private_tx_uses(path.read_text(encoding="utf-8"),
+                                        str(path.relative_to(ROOT)))]
+    assert found == []

@@ -55,13 +55,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.agents.agent_write import TodoEdit, TodoRemoval, apply
 from harness.agents.claude_task_files import task_dir, write_back
 from harness.agents.claude_tasks import (
     TASK_STATUSES,
     create_task,
     load_map,
     save_map,
-    status_change,
     task_labels,
 )
 from harness.agents.context_cuts import (
@@ -72,7 +72,7 @@ from harness.agents.context_cuts import (
 )
 from harness.context import Harness
 from harness.errors import InputError
-from harness.formats import ViewItem
+from harness.formats import CLAUDE_TASKS, Item, ViewItem
 from harness.paths import find_project_store
 from state.store import Tx
 
@@ -287,7 +287,8 @@ def fill_active_form(tx: Tx, tasks: list[ViewItem], key: str, active: str) -> No
     for i, v in enumerate(tasks):
         if v.agent_id == key and v.num in tx.state.todos:
             if v.active_form is None and tx.todo(v.num).active_form is None:
-                tx.update_todo(v.num, active_form=active)
+                apply(tx, [TodoEdit(v.num, fields={"active_form": active})],
+                      caps=CLAUDE_TASKS)
                 tasks[i] = v._replace(active_form=active)
                 save_map(tx, tasks)
             return
@@ -331,11 +332,9 @@ def task_completed(harness: Harness, payload: Mapping[str, Any], *,
                                description=description, status="completed")
         item = tasks[idx]
         assert item.num is not None
-        todo = tx.todo(item.num)
-        changes: dict[str, Any] = {"status": "completed"}
-        if todo.status == "blocked":
-            changes["blocked_reason"] = None
-        tx.update_todo(item.num, **changes)
+        # An event, not a word against Claude's last one: no base, whatever the map says.
+        apply(tx, [TodoEdit(item.num, said=Item(tx.todo(item.num).content, "completed"))],
+              caps=CLAUDE_TASKS)
         tasks[idx] = item._replace(status="completed")
         save_map(tx, tasks)
         return item.num
@@ -367,27 +366,25 @@ def task_update(harness: Harness, sid: int, list_id: str, tool_input: Mapping[st
         assert item.num is not None
         todo = tx.todo(item.num)
         if status == "deleted":
-            tx.remove_todo(item.num, reason=f"deleted by {actor} (TaskUpdate)")
+            apply(tx, [TodoRemoval(item.num, "deleted by {actor} (TaskUpdate)")],
+                  caps=CLAUDE_TASKS)
             del tasks[idx]
             save_map(tx, tasks)
             return item.num
-        changes = status_change(todo, item, status)
-        if subject is not None and subject.strip() and subject != item.content:
-            changes["content"] = subject
-        if active is not None and active != item.active_form:
-            changes["active_form"] = active
+        said = Item(subject if subject is not None and subject.strip() else item.content,
+                    status or item.status, None, active)
         # Dependencies that would make a cycle are dropped: nothing could ever start.
         deps = [d for d in _nums(tasks, tx, list_id, tool_input.get("addBlockedBy"))
                 if d != item.num and not reaches(tx, [d], item.num)]
-        if deps:
-            changes["depends_on"] = sorted({*todo.depends_on, *deps})
-        tx.update_todo(item.num, **changes)
-        for num in _nums(tasks, tx, list_id, tool_input.get("addBlocks")):
-            if num != item.num and num in tx.state.todos and not reaches(tx, [item.num], num):
-                other = tx.todo(num)
-                tx.update_todo(num, depends_on=sorted({*other.depends_on, item.num}))
-        if description and description.strip():
-            tx.emit("todo.noted", todo_id=item.num, payload={"text": description})
+        fields = {"depends_on": sorted({*todo.depends_on, *deps})} if deps else {}
+        apply(tx, [TodoEdit(item.num, said=said, base=item, fields=fields)],
+              caps=CLAUDE_TASKS)
+        blocks = [TodoEdit(num, fields={"depends_on": sorted({*tx.todo(num).depends_on,
+                                                              item.num})})
+                  for num in _nums(tasks, tx, list_id, tool_input.get("addBlocks"))
+                  if num != item.num and num in tx.state.todos
+                  and not reaches(tx, [item.num], num)]
+        apply(tx, [*blocks, TodoEdit(item.num, note=description)], caps=CLAUDE_TASKS)
         tasks[idx] = item._replace(status=status if status in TASK_STATUSES else item.status,
                                    content=subject if subject else item.content,
                                    active_form=active if active is not None

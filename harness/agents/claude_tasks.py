@@ -5,7 +5,8 @@ hooks report (:mod:`harness.agents.claude`) and what its task directories hold
 The map is an agent view of its own (key ``agent:claude-code/tasks``): a list of
 :class:`~harness.formats.ViewItem` rows, each a todo of ours with Claude's key for it,
 ``<task list>:<task id>``, and the task as Claude last said it was. Both callers read it,
-change it and save it inside their own write transaction.
+change it and save it inside their own write transaction; every change to a todo goes
+through :func:`harness.agents.agent_write.apply`, the route of every agent write.
 
 Gemini CLI's tracker tasks are mapped the same way, in a view of their own
 (:mod:`harness.agents.gemini_tracker` passes its ``view`` and ``fmt``).
@@ -16,8 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from harness.agents.agent_write import NewTodo, TodoEdit, apply, record_view, says_more
 from harness.agents.notice import Labeler, positions
-from harness.formats import ViewItem
+from harness.formats import CLAUDE_TASKS, Item, ViewItem
+from harness.merge import field_changes
 from state.fold import TodoState
 from state.store import Tx
 
@@ -68,7 +71,7 @@ def save_map(tx: Tx, items: list[ViewItem], view_key: str = TASK_VIEW,
              fmt: str = TASK_FORMAT) -> None:
     # Tasks removed from the store (by a person, or by the agent's own TodoWrite) drop out.
     items = [v for v in items if v.num in tx.state.todos]
-    tx.set_agent_view(view_key, {"format": fmt, "items": items})
+    record_view(tx, view_key, {"format": fmt, "items": items})
 
 
 def create_task(tx: Tx, tasks: list[ViewItem], key: str, subject: str, *,
@@ -80,28 +83,26 @@ def create_task(tx: Tx, tasks: list[ViewItem], key: str, subject: str, *,
     that task already (one task delivered twice: TaskCreated, then PostToolUse)."""
     if any(v.agent_id == key and v.num in tx.state.todos for v in tasks):
         return None
-    todo = tx.create_todo(subject, active_form=active_form, origin="agent", status=status,
-                          ts=ts, ref=ref)
-    note_description(tx, todo.num, subject, description, ts=ts, ref=ref)
-    tasks.append(ViewItem(todo.num, subject, status, None, active_form, key))
+    [num] = apply(tx, [NewTodo(subject, status=status, active_form=active_form,
+                               description=description)],
+                  caps=CLAUDE_TASKS, ts=ts, ref=ref).created
+    tasks.append(ViewItem(num, subject, status, None, active_form, key))
     save_map(tx, tasks, view_key, fmt)
-    return todo.num
+    return num
 
 
 def note_description(tx: Tx, num: int, subject: str, description: str | None, *,
                      ts: str | None = None, ref: str | None = None) -> None:
     """A task's description is a note on its todo, when it says more than the subject."""
-    if description and description.strip() and description.strip() != subject.strip():
-        tx.emit("todo.noted", todo_id=num, ts=ts, ref=ref, payload={"text": description})
+    if says_more(description, subject):
+        apply(tx, [TodoEdit(num, note=description)], caps=CLAUDE_TASKS, ts=ts, ref=ref)
 
 
 def status_change(todo: TodoState, item: ViewItem, status: str | None) -> dict[str, Any]:
-    """Claude's status for a task as a change to its todo. A status Claude did not change
-    keeps ours, whoever set it; a blocked todo is moved on only by starting or finishing
-    it (harness/merge.py's rules), and then loses its reason."""
-    if status is None or status == item.status or (todo.status == "blocked"
-                                                   and status == "pending"):
+    """Claude's status for a task as a change to its todo, by the rule of every agent
+    write (:func:`harness.merge.field_changes`): a status Claude did not change keeps
+    ours, whoever set it; a blocked todo is moved on only by starting or finishing it,
+    and then loses its reason; a cancelled one is not undone by ``pending``."""
+    if status is None:
         return {}
-    if todo.status == "blocked":
-        return {"status": status, "blocked_reason": None}
-    return {"status": status}
+    return field_changes(todo, item, Item(item.content, status), CLAUDE_TASKS)

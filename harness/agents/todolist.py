@@ -1,10 +1,11 @@
 """An agent's todo write and read: the hot path of the store.
 
 ``todowrite`` merges a full list from an agent (see :mod:`harness.merge`) in one write
-transaction and answers with the resulting list in the agent's own format, plus notes on
-what others changed since the agent last looked. ``todoread`` renders the list for an
-agent, including the compact ``prompt`` block for putting back into a context after
-compaction.
+transaction, applying the plan through :func:`harness.agents.agent_write.apply` (the route
+Claude Code's per-task tools take too), and answers with the resulting list in the agent's
+own format, plus notes on what others changed since the agent last looked. ``todoread``
+renders the list for an agent, including the compact ``prompt`` block for putting back
+into a context after compaction.
 """
 
 from __future__ import annotations
@@ -15,6 +16,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.agents.agent_write import (
+    NewTodo,
+    Step,
+    TodoEdit,
+    TodoRemoval,
+    apply,
+    record_view,
+)
 from harness.formats import (
     FORMATS,
     AgentWrite,
@@ -84,17 +93,13 @@ def apply_write(tx: Tx, write: AgentWrite, *, sees_response: bool = True,
     untouched = base is not None and base_n == seen_n and base_format == caps.name
     notes = others_changes(base, current, caps) if sees_response and not untouched else []
     p = plan(current, base, write)
-    for num in p.removes:
-        tx.remove_todo(num, reason=f"omitted by {actor}'s write", ts=ts, ref=ref)
-    created: dict[int, int] = {}
-    for c in p.creates:
-        it = c.item
-        t = tx.create_todo(it.content, status=it.status, priority=it.priority or "medium",
-                           active_form=it.active_form, position=c.position, origin=origin,
-                           ts=ts, ref=ref)
-        created[c.index] = t.num
-    for num, changes in p.updates.items():
-        tx.update_todo(num, ts=ts, ref=ref, **changes)
+    steps: list[Step] = [TodoRemoval(num, "omitted by {actor}'s write") for num in p.removes]
+    steps += [NewTodo(c.item.content, status=c.item.status,
+                      priority=c.item.priority or "medium", active_form=c.item.active_form,
+                      position=c.position) for c in p.creates]
+    steps += [TodoEdit(num, fields=changes) for num, changes in p.updates.items()]
+    applied = apply(tx, steps, caps=caps, origin=origin, ts=ts, ref=ref)
+    created = {c.index: num for c, num in zip(p.creates, applied.created, strict=True)}
     if sees_response:
         if untouched and not (p.creates or p.removes or p.moved):
             # The common case: the same items in the same order, a status or two changed.
@@ -113,7 +118,7 @@ def apply_write(tx: Tx, write: AgentWrite, *, sees_response: bool = True,
         if kept:
             doc["kept"] = sorted(kept)
         text_ = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
-        tx.set_agent_view(actor, text_, ts=ts)
+        record_view(tx, actor, text_, ts=ts)
         _remember_view(text_, (caps.name, tx.state.n, tuple(view), kept))
     if sees_response:
         notes += standing_notes(tx.state.todos, caps)

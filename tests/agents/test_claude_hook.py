@@ -256,6 +256,46 @@ def test_task_update_respects_a_persons_block(db_path: Path) -> None:
     assert stored(db_path)[0].status == "completed"
 
 
+def _say(db: Path, route: str, status: str, *, new: bool = False) -> None:
+    """Claude says its one item ("Export the drafter") now has ``status``, by ``route``
+    (``new``: it creates the item, with TaskCreate on the task route)."""
+    s = "44444444-dddd"
+    if route == "TodoWrite":
+        body = post_tool_use("TodoWrite", {"todos": [
+            {"content": "Export the drafter", "status": status, "activeForm": "Exporting"}]},
+            session=s)
+    elif new:
+        body = post_tool_use("TaskCreate", {"subject": "Export the drafter",
+                                            "activeForm": "Exporting"},
+                             {"task": {"id": "1"}}, session=s)
+    else:
+        body = post_tool_use("TaskUpdate", {"taskId": "1", "status": status}, session=s)
+    r = hook(db, body)
+    assert r.returncode == 0 and r.stderr == b"", r.stderr
+
+
+@pytest.mark.parametrize("route", ["TodoWrite", "TaskUpdate"])
+def test_a_persons_cancel_holds_against_either_route(db_path: Path, route: str) -> None:
+    """Both routes merge through one use case (harness.agents.agent_write): Claude cannot
+    say ``cancelled`` (a cancelled item reads as completed to it), so its resent
+    ``pending`` does not undo a person's cancel, nor does its ``completed`` rewrite it."""
+    _say(db_path, route, "pending", new=True)
+    _say(db_path, route, "in_progress")
+    p = harness_subprocess(["cancel", "t1"], env={"HARNESS_DB": str(db_path)})
+    assert p.returncode == 0, p.stderr
+    for status in ("pending", "completed"):
+        _say(db_path, route, status)
+        assert [(t.content, t.status) for t in stored(db_path)] == [
+            ("Export the drafter", "cancelled")], status
+    if route == "TaskUpdate":  # nor does the TaskCompleted event of the same task
+        done = base("44444444-dddd", hook_event_name="TaskCompleted", task_id="1",
+                    task_subject="Export the drafter")
+        assert hook(db_path, done).returncode == 0
+        assert stored(db_path)[0].status == "cancelled"
+    _say(db_path, route, "in_progress")  # starting it again does move it on
+    assert stored(db_path)[0].status == "in_progress"
+
+
 @pytest.mark.parametrize(("name", "payload", "raw", "logged"), [
     ("malformed JSON", None, b'{"hook_event_name": "PostToolUse", "tool_', "malformed JSON"),
     ("not an object", None, b"[1, 2]", "must be a JSON object"),
