@@ -17,7 +17,8 @@ The reference loop's speedups (``eagle3.verify``'s ``reference_speedup_bound`` a
 ``projected_speedup``) are not measured the way an engine runs (no CUDA graphs, Python
 between every step), so they are shown but refused as gates (:data:`NOT_A_GATE`).
 
-Standard library only, like :mod:`pipeline.actions`; the harness side parses specs with it.
+Standard library only, like :mod:`pipeline.actions`; :mod:`pipeline.gates` reads the two
+keys' forms with its parsers, once, when a spec is loaded.
 """
 
 from __future__ import annotations
@@ -26,9 +27,12 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeline.stage_graph import upstream
+
+if TYPE_CHECKING:  # pipeline.gates reads its forms with this module's parsers
+    from pipeline.gates import Gate
 
 __all__ = ["DEFAULT_TAU_GAP", "NOT_A_GATE", "SERVED_KEYS", "GateFormError", "OfflinePair",
            "measured_levels", "not_a_gate", "offline_pair", "served_levels", "tau_gap",
@@ -50,7 +54,7 @@ class Stage(Protocol):
     def action(self) -> str | None: ...
 
     @property
-    def gate(self) -> dict[str, Any]: ...
+    def gate(self) -> Gate: ...
 
     @property
     def params(self) -> dict[str, Any]: ...
@@ -76,11 +80,13 @@ BENCH_LEVELS = (1, 4, 16, 64)
 
 
 class GateFormError(ValueError):
-    """A gate value of the wrong form; ``index`` is the list entry it is in, if any."""
+    """A gate value of the wrong form; ``index`` is the list entry it is in, if any, and
+    ``key`` the gate key, when the whole gate was read."""
 
-    def __init__(self, message: str, index: int | None = None):
+    def __init__(self, message: str, index: int | None = None, key: str | None = None):
         super().__init__(message)
         self.index = index
+        self.key = key
 
 
 def _number(x: Any) -> bool:
@@ -134,7 +140,7 @@ def unmeasured_level(stage: Stage) -> str | None:
     levels = stage.params.get("concurrency", list(BENCH_LEVELS))
     if not isinstance(levels, list):
         return None  # the action refuses a malformed list itself
-    for at, _least in served_levels(stage.gate[SERVED_SPEEDUP]):
+    for at in (level.at for level in stage.gate.served_speedups):
         if at not in levels:
             return (f"holds the speedup at {at} concurrent request{'s' if at != 1 else ''}, "
                     f"but the benchmark's `concurrency` is {levels}: add {at} to it, or "
@@ -209,9 +215,9 @@ def offline_pair(stages: Sequence[Stage], bench: Stage) -> OfflinePair:
     """
     if bench.action != SERVED_ACTION:
         return OfflinePair(None, None)
-    explicit = TAU_GAP in bench.gate
-    tolerance, named = tau_gap_form(bench.gate[TAU_GAP]) if explicit else (DEFAULT_TAU_GAP,
-                                                                           None)
+    held = bench.gate.tau_gap
+    explicit = held is not None
+    tolerance, named = (held.max, held.verify) if held is not None else (DEFAULT_TAU_GAP, None)
     ups = upstream(stages, bench.name)
     verifies = [s for s in ups if s.action == "eagle3.verify"]
     serves = [s for s in ups if _served(s)]
