@@ -3,7 +3,8 @@
 ``gate: {min_acceptance_length: 2.0, min_served_speedup: [{at: 1, min: 1.3}], ...}`` becomes
 a :class:`Gate`: one :class:`Threshold` per ``min_x``/``max_x``/bare name, one
 :class:`ServedSpeedup` per level of ``min_served_speedup``, a :class:`TauGap` for
-``max_served_tau_gap`` and a :class:`RequireVllm` for ``require_vllm``. The spec loader
+``max_served_tau_gap`` (those two are defined beside their keys, in
+:mod:`pipeline.served_gates`) and a :class:`RequireVllm` for ``require_vllm``. The spec loader
 reads a stage's gate here (:func:`read_gate`) and reports any entry of the wrong form where
 it is; everything after it (the runner, the verification rows, the TUI) judges these values
 and never parses a form again.
@@ -27,6 +28,8 @@ from pipeline.served_gates import (
     SERVED_SPEEDUP,
     TAU_GAP,
     GateFormError,
+    ServedSpeedup,
+    TauGap,
     served_levels,
     tau_gap_form,
 )
@@ -58,38 +61,6 @@ class RequireVllm:
 
     def form(self) -> Any:
         return self.required
-
-
-@dataclass(frozen=True)
-class ServedSpeedup:
-    """One level of ``min_served_speedup``: the engine's speedup at ``at`` concurrent
-    requests reaches ``min``. ``listed``: the levels were written as a list (so they are
-    stored as one, even a list of one)."""
-
-    at: int
-    min: float
-    listed: bool = False
-    key: ClassVar[str] = SERVED_SPEEDUP
-
-    def form(self) -> Any:
-        return {"at": self.at, "min": self.min}
-
-
-@dataclass(frozen=True)
-class TauGap:
-    """``max_served_tau_gap``: the served τ within ``max`` (a share) of the offline τ of
-    stage ``verify`` (None: the one found upstream). ``mapping``: written as ``{max: ...}``."""
-
-    max: float
-    verify: str | None = None
-    mapping: bool = False
-    key: ClassVar[str] = TAU_GAP
-
-    def form(self) -> Any:
-        if not self.mapping and self.verify is None:
-            return self.max
-        return {"max": self.max, **({"verify": self.verify} if self.verify is not None
-                                    else {})}
 
 
 @dataclass(frozen=True)

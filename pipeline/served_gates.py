@@ -27,17 +27,59 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from pipeline.stage_graph import upstream
 
-if TYPE_CHECKING:  # pipeline.gates reads its forms with this module's parsers
-    from pipeline.gates import Gate
-
 __all__ = ["DEFAULT_TAU_GAP", "NOT_A_GATE", "SERVED_KEYS", "GateFormError", "OfflinePair",
-           "measured_levels", "not_a_gate", "offline_pair", "served_levels", "tau_gap",
-           "tau_gap_form"]
+           "ServedSpeedup", "TauGap", "measured_levels", "not_a_gate", "offline_pair",
+           "served_levels", "tau_gap", "tau_gap_form"]
 
+SERVED_SPEEDUP = "min_served_speedup"
+TAU_GAP = "max_served_tau_gap"
+
+
+@dataclass(frozen=True)
+class ServedSpeedup:
+    """One level of ``min_served_speedup``: the engine's speedup at ``at`` concurrent
+    requests reaches ``min``. ``listed``: the levels were written as a list (so they are
+    stored as one, even a list of one)."""
+
+    at: int
+    min: float
+    listed: bool = False
+    key: ClassVar[str] = SERVED_SPEEDUP
+
+    def form(self) -> Any:
+        return {"at": self.at, "min": self.min}
+
+
+@dataclass(frozen=True)
+class TauGap:
+    """``max_served_tau_gap``: the served τ within ``max`` (a share) of the offline τ of
+    stage ``verify`` (None: the one found upstream). ``mapping``: written as ``{max: ...}``."""
+
+    max: float
+    verify: str | None = None
+    mapping: bool = False
+    key: ClassVar[str] = TAU_GAP
+
+    def form(self) -> Any:
+        if not self.mapping and self.verify is None:
+            return self.max
+        return {"max": self.max, **({"verify": self.verify} if self.verify is not None
+                                    else {})}
+
+
+class HeldGate(Protocol):
+    """What these rules read of a stage's gate: :class:`pipeline.gates.Gate` has this
+    shape, but its module reads the forms with this one's parsers."""
+
+    @property
+    def served_speedups(self) -> tuple[ServedSpeedup, ...]: ...
+
+    @property
+    def tau_gap(self) -> TauGap | None: ...
 
 
 class Stage(Protocol):
@@ -54,14 +96,12 @@ class Stage(Protocol):
     def action(self) -> str | None: ...
 
     @property
-    def gate(self) -> Gate: ...
+    def gate(self) -> HeldGate: ...
 
     @property
     def params(self) -> dict[str, Any]: ...
 
 
-SERVED_SPEEDUP = "min_served_speedup"
-TAU_GAP = "max_served_tau_gap"
 SERVED_KEYS = (SERVED_SPEEDUP, TAU_GAP)
 SERVED_ACTION = "eagle3.benchmark"
 SCHEDULE = "num_speculative_tokens_per_batch_size"
