@@ -4,10 +4,10 @@
 a :class:`Gate`: one :class:`Threshold` per ``min_x``/``max_x``/bare name, one
 :class:`ServedSpeedup` per level of ``min_served_speedup``, a :class:`TauGap` for
 ``max_served_tau_gap`` (those two are defined beside their keys, in
-:mod:`pipeline.served_gates`) and a :class:`RequireVllm` for ``require_vllm``. The spec loader
-reads a stage's gate here (:func:`read_gate`) and reports any entry of the wrong form where
-it is; everything after it (the runner, the verification rows, the TUI) judges these values
-and never parses a form again.
+:mod:`pipeline.served_gates`) and a :class:`RequireVllm` for ``require_vllm``. A spec's
+stage is read with its gate read here (``Stage.gate``, by :func:`read_gate`), and the spec
+loader refuses any entry of the wrong form where it is; everything after it (the runner,
+the verification rows, the TUI) judges these values and never parses a form again.
 
 A verification row stores :meth:`Gate.to_json`, the mapping as the stage wrote it, so rows
 from before these types read the same; :meth:`Gate.from_json` reads a stored one back.
