@@ -124,9 +124,10 @@ def section_pipeline(args, work: Path, peak: float | None, rows: list, record: d
     results = work / "results"
     if (results / "verify.json").exists():
         from harness.gates import gate_items
+        from pipeline.gates import parse_gate
 
         vm = json.loads((results / "verify.json").read_text())["metrics"]
-        gate = spec_stage("verify").get("gate", {})
+        gate = parse_gate(spec_stage("verify").get("gate", {}))
         items = gate_items(gate, vm)
         rows.append({"name": f"verify: tau at k={vm.get('k')}", "value": vm.get("tau"),
                      "note": f"per position {vm.get('acceptance_per_position')}; target >= 3.0"})

@@ -19,6 +19,10 @@ which the runner adds from the verify stage upstream), and its line names both.
 
 ``require_vllm: true`` holds the vLLM compatibility checks: none of them may have been
 answered from the table of known rules (``vllm_checks_from_table`` must be 0).
+
+A gate comes here as typed values (:class:`pipeline.gates.Gate`), read once where it
+entered: the spec loader for a stage's, :meth:`Gate.from_json` for a stored row's. Nothing
+here reads a gate's written form.
 """
 
 from __future__ import annotations
@@ -26,27 +30,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.actions import (
-    FAIL,
-    PASS,
-    REQUIRE_VLLM,
-    TABLE,
-    TABLE_CHECKS,
-    check_status,
-    gate_metric,
+from pipeline.actions import FAIL, PASS, REQUIRE_VLLM, TABLE, TABLE_CHECKS, check_status
+from pipeline.gates import (
+    Gate,
+    RequireVllm,
+    ServedSpeedup,
+    TauGap,
+    Threshold,
+    Unreadable,
 )
-from pipeline.served_gates import (
-    SERVED_SPEEDUP,
-    TAU_GAP,
-    measured_levels,
-    served_levels,
-    tau_gap,
-    tau_gap_form,
-)
+from pipeline.served_gates import SERVED_SPEEDUP, TAU_GAP, measured_levels, tau_gap
 
-# A check's status (PASS, FAIL, or TABLE: answered from a table, not checked), for the
-# TUI, which may not import pipeline itself.
-__all__ = ["FAIL", "PASS", "TABLE", "GateItem", "check_status", "gate_items"]
+# A check's status (PASS, FAIL, or TABLE: answered from a table, not checked), and the
+# typed gate a stored row is read into, for the TUI, which may not import pipeline itself.
+__all__ = ["FAIL", "PASS", "TABLE", "Gate", "GateItem", "check_status", "gate_items"]
 
 
 @dataclass
@@ -114,58 +111,67 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def gate_items(gate: dict[str, Any], metrics: dict[str, Any]) -> list[GateItem]:
+def gate_items(gate: Gate, metrics: dict[str, Any]) -> list[GateItem]:
     """``min_x: t`` needs metric ``x >= t``; ``max_x`` needs ``<=``; a bare name is ``min``.
 
     A metric that is a list (per-position acceptance) is held by a number at its first
     entry (position 1), or by a list entry by entry (``[0.6, 0.4]``: positions 1 and 2).
     """
-    items = []
+    if not isinstance(gate, Gate):
+        raise TypeError(f"gate_items judges a typed Gate (pipeline.gates.read_gate or "
+                        f"Gate.from_json), got {type(gate).__name__}")
     notes = metrics.get("metric_notes")
     notes = notes if isinstance(notes, dict) else {}
-    for key, threshold in gate.items():
-        if key == REQUIRE_VLLM:
-            items.append(require_vllm_item(threshold, metrics))
-            continue
-        if key in (SERVED_SPEEDUP, TAU_GAP):
-            items += served_speedup_items(threshold, metrics) if key == SERVED_SPEEDUP \
-                else [tau_gap_item(threshold, metrics)]
-            continue
-        metric, op = gate_metric(key)
-        value = metrics.get(metric)
-
-        def good(v: float, t: float, op: str = op) -> bool:
-            return v >= t if op == ">=" else v <= t
-
-        if isinstance(value, list) and value and all(_is_number(v) for v in value):
-            wanted = threshold if isinstance(threshold, list) else [threshold]
-            if len(value) < len(wanted):
-                items.append(GateItem(key, metric, op, threshold, None, False))
-                continue
-            failing = [i for i, t in enumerate(wanted) if not good(value[i], t)]
-            if failing or not isinstance(threshold, list):
-                i = failing[0] if failing else 0
-                items.append(GateItem(key, metric, op, threshold, value[i], not failing,
-                                      f"pos{i + 1} ", wanted[i]))
-            else:
-                items.append(GateItem(key, metric, op, threshold, value[: len(wanted)], True))
-        elif _is_number(value) and not isinstance(threshold, list):
-            items.append(GateItem(key, metric, op, threshold, value, good(value, threshold)))
+    levels = measured_levels(metrics)
+    items = []
+    for value in gate.values:
+        if isinstance(value, RequireVllm):
+            items.append(require_vllm_item(value, metrics))
+        elif isinstance(value, ServedSpeedup):
+            items.append(served_speedup_item(value, levels, metrics))
+        elif isinstance(value, TauGap):
+            items.append(tau_gap_item(value, metrics))
+        elif isinstance(value, Unreadable):  # a stored row from a hand-made gate: say so
+            items.append(GateItem(value.key, value.metric, value.op, 0.0, None, False,
+                                  missing=f"the gate's form is wrong ({value.problem})"))
         else:
-            items.append(GateItem(key, metric, op, threshold, None, False))
-        note = notes.get(items[-1].metric)
-        if isinstance(note, str):
-            items[-1].note = note
+            items.append(threshold_item(value, metrics))
+            note = notes.get(items[-1].metric)
+            if isinstance(note, str):
+                items[-1].note = note
     return items
 
 
+def threshold_item(held: Threshold, metrics: dict[str, Any]) -> GateItem:
+    """One ``min_x``/``max_x`` against the metric; a list limit holds a list metric
+    position by position."""
+    key, metric, op = held.key, held.metric, held.op
+    threshold: float | list[float] = held.form()
+    value = metrics.get(metric)
+
+    def good(v: float, t: float) -> bool:
+        return v >= t if op == ">=" else v <= t
+
+    if isinstance(value, list) and value and all(_is_number(v) for v in value):
+        wanted = threshold if isinstance(threshold, list) else [threshold]
+        if len(value) < len(wanted):
+            return GateItem(key, metric, op, threshold, None, False)
+        failing = [i for i, t in enumerate(wanted) if not good(value[i], t)]
+        if failing or not isinstance(threshold, list):
+            i = failing[0] if failing else 0
+            return GateItem(key, metric, op, threshold, value[i], not failing,
+                            f"pos{i + 1} ", wanted[i])
+        return GateItem(key, metric, op, threshold, value[: len(wanted)], True)
+    if _is_number(value) and not isinstance(threshold, list):
+        return GateItem(key, metric, op, threshold, value, good(value, threshold))
+    return GateItem(key, metric, op, threshold, None, False)
 
 
-def require_vllm_item(wanted: Any, metrics: dict[str, Any]) -> GateItem:
+def require_vllm_item(held: RequireVllm, metrics: dict[str, Any]) -> GateItem:
     """``require_vllm: true``: no vLLM check was answered from the table of known rules
     (every one was asked of an installed vLLM)."""
-    item = GateItem(REQUIRE_VLLM, TABLE_CHECKS, "<=", 0, None, wanted is not True)
-    if wanted is not True:
+    item = GateItem(REQUIRE_VLLM, TABLE_CHECKS, "<=", 0, None, not held.required)
+    if not held.required:
         item.says = "vLLM checks from the table allowed (require_vllm: false)"
         return item
     n = metrics.get(TABLE_CHECKS)
@@ -181,55 +187,44 @@ def require_vllm_item(wanted: Any, metrics: dict[str, Any]) -> GateItem:
     return item
 
 
-def served_speedup_items(threshold: Any, metrics: dict[str, Any]) -> list[GateItem]:
-    """``{at: 1, min: 1.3}`` (or a list): one item per level, holding ``speedup_c<at>``,
-    which a benchmark of repeated trials reports as the smallest trial's speedup. A level
-    whose trials spread more than the benchmark's ``spread_tolerance`` is unstable: its item
-    fails and says so instead of deciding on a figure that would flip on noise."""
-    try:
-        levels = served_levels(threshold)
-    except ValueError as exc:  # a stored row from a hand-made gate: say so, never raise
-        return [GateItem(SERVED_SPEEDUP, "served_speedup", ">=", 0.0, None, False,
-                         missing=f"the gate's form is wrong ({exc})")]
-    measured = measured_levels(metrics)
+def served_speedup_item(level: ServedSpeedup, measured: list[int],
+                        metrics: dict[str, Any]) -> GateItem:
+    """One level of ``min_served_speedup``, holding ``speedup_c<at>``, which a benchmark of
+    repeated trials reports as the smallest trial's speedup (``measured``: the levels it
+    measured). A level whose trials spread more than the benchmark's ``spread_tolerance`` is
+    unstable: its item fails and says so instead of deciding on a figure that would flip on
+    noise."""
+    at, least = level.at, level.min
     figure = metrics.get("speedup_figure")
     tolerance = metrics.get("spread_tolerance")
-    out = []
-    for at, least in levels:
-        value = metrics.get(f"speedup_c{at}")
-        item = GateItem(SERVED_SPEEDUP, "served_speedup", ">=", least,
-                        value if _is_number(value) else None,
-                        _is_number(value) and value >= least, where=f"c={at} ")
-        if item.value is None:
-            item.missing = (f"the benchmark measured no speedup at {at} concurrent "
-                            f"request{'s' if at != 1 else ''} ("
-                            + (f"it measured c={', '.join(map(str, measured))}"
-                               if measured else "it measured no level")
-                            + f"); add {at} to its `concurrency`")
-            out.append(item)
-            continue
-        spread = metrics.get(f"speedup_spread_c{at}")
-        if isinstance(figure, str) and figure:
-            item.note = figure + (f", spread {spread:.0%}" if _is_number(spread) else "")
-        if _is_number(spread) and _is_number(tolerance) and spread > tolerance:
-            low, high = value, metrics.get(f"speedup_max_c{at}")
-            span = f" ({_fmt(low)}-{_fmt(high)}x)" if _is_number(high) else ""
-            item.passed = False
-            item.says = (f"served_speedup c={at} unstable: its trials spread {spread:.0%}"
-                         f"{span}, over the {tolerance:.0%} tolerance, so the gate does "
-                         f"not decide on it (>= {_fmt(least)} wanted): run more trials or "
-                         "longer levels (`trials`, `min_seconds`)")
-        out.append(item)
-    return out
+    value = metrics.get(f"speedup_c{at}")
+    item = GateItem(SERVED_SPEEDUP, "served_speedup", ">=", least,
+                    value if _is_number(value) else None,
+                    _is_number(value) and value >= least, where=f"c={at} ")
+    if item.value is None:
+        item.missing = (f"the benchmark measured no speedup at {at} concurrent "
+                        f"request{'s' if at != 1 else ''} ("
+                        + (f"it measured c={', '.join(map(str, measured))}"
+                           if measured else "it measured no level")
+                        + f"); add {at} to its `concurrency`")
+        return item
+    spread = metrics.get(f"speedup_spread_c{at}")
+    if isinstance(figure, str) and figure:
+        item.note = figure + (f", spread {spread:.0%}" if _is_number(spread) else "")
+    if _is_number(spread) and _is_number(tolerance) and spread > tolerance:
+        low, high = value, metrics.get(f"speedup_max_c{at}")
+        span = f" ({_fmt(low)}-{_fmt(high)}x)" if _is_number(high) else ""
+        item.passed = False
+        item.says = (f"served_speedup c={at} unstable: its trials spread {spread:.0%}"
+                     f"{span}, over the {tolerance:.0%} tolerance, so the gate does "
+                     f"not decide on it (>= {_fmt(least)} wanted): run more trials or "
+                     "longer levels (`trials`, `min_seconds`)")
+    return item
 
 
-def tau_gap_item(threshold: Any, metrics: dict[str, Any]) -> GateItem:
+def tau_gap_item(held: TauGap, metrics: dict[str, Any]) -> GateItem:
     """How far the served τ lies from the offline τ, as a share of the offline one."""
-    try:
-        tolerance, _stage = tau_gap_form(threshold)
-    except ValueError as exc:
-        return GateItem(TAU_GAP, "served_tau_gap", "<=", 0.0, None, False,
-                        missing=f"the gate's form is wrong ({exc})")
+    tolerance = held.max
     served, offline = metrics.get("acceptance_length"), metrics.get("offline_acceptance_length")
     item = GateItem(TAU_GAP, "served_tau_gap", "<=", tolerance, None, False)
     if not _is_number(offline) or offline <= 0:

@@ -17,7 +17,8 @@ The reference loop's speedups (``eagle3.verify``'s ``reference_speedup_bound`` a
 ``projected_speedup``) are not measured the way an engine runs (no CUDA graphs, Python
 between every step), so they are shown but refused as gates (:data:`NOT_A_GATE`).
 
-Standard library only, like :mod:`pipeline.actions`; the harness side parses specs with it.
+Standard library only, like :mod:`pipeline.actions`; :mod:`pipeline.gates` reads the two
+keys' forms with its parsers, once, when a spec is loaded.
 """
 
 from __future__ import annotations
@@ -26,14 +27,59 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from pipeline.stage_graph import upstream
 
 __all__ = ["DEFAULT_TAU_GAP", "NOT_A_GATE", "SERVED_KEYS", "GateFormError", "OfflinePair",
-           "measured_levels", "not_a_gate", "offline_pair", "served_levels", "tau_gap",
-           "tau_gap_form"]
+           "ServedSpeedup", "TauGap", "measured_levels", "not_a_gate", "offline_pair",
+           "served_levels", "tau_gap", "tau_gap_form"]
 
+SERVED_SPEEDUP = "min_served_speedup"
+TAU_GAP = "max_served_tau_gap"
+
+
+@dataclass(frozen=True)
+class ServedSpeedup:
+    """One level of ``min_served_speedup``: the engine's speedup at ``at`` concurrent
+    requests reaches ``min``. ``listed``: the levels were written as a list (so they are
+    stored as one, even a list of one)."""
+
+    at: int
+    min: float
+    listed: bool = False
+    key: ClassVar[str] = SERVED_SPEEDUP
+
+    def form(self) -> Any:
+        return {"at": self.at, "min": self.min}
+
+
+@dataclass(frozen=True)
+class TauGap:
+    """``max_served_tau_gap``: the served τ within ``max`` (a share) of the offline τ of
+    stage ``verify`` (None: the one found upstream). ``mapping``: written as ``{max: ...}``."""
+
+    max: float
+    verify: str | None = None
+    mapping: bool = False
+    key: ClassVar[str] = TAU_GAP
+
+    def form(self) -> Any:
+        if not self.mapping and self.verify is None:
+            return self.max
+        return {"max": self.max, **({"verify": self.verify} if self.verify is not None
+                                    else {})}
+
+
+class HeldGate(Protocol):
+    """What these rules read of a stage's gate: :class:`pipeline.gates.Gate` has this
+    shape, but its module reads the forms with this one's parsers."""
+
+    @property
+    def served_speedups(self) -> tuple[ServedSpeedup, ...]: ...
+
+    @property
+    def tau_gap(self) -> TauGap | None: ...
 
 
 class Stage(Protocol):
@@ -50,14 +96,12 @@ class Stage(Protocol):
     def action(self) -> str | None: ...
 
     @property
-    def gate(self) -> dict[str, Any]: ...
+    def gate(self) -> HeldGate: ...
 
     @property
     def params(self) -> dict[str, Any]: ...
 
 
-SERVED_SPEEDUP = "min_served_speedup"
-TAU_GAP = "max_served_tau_gap"
 SERVED_KEYS = (SERVED_SPEEDUP, TAU_GAP)
 SERVED_ACTION = "eagle3.benchmark"
 SCHEDULE = "num_speculative_tokens_per_batch_size"
@@ -76,11 +120,13 @@ BENCH_LEVELS = (1, 4, 16, 64)
 
 
 class GateFormError(ValueError):
-    """A gate value of the wrong form; ``index`` is the list entry it is in, if any."""
+    """A gate value of the wrong form; ``index`` is the list entry it is in, if any, and
+    ``key`` the gate key, when the whole gate was read."""
 
-    def __init__(self, message: str, index: int | None = None):
+    def __init__(self, message: str, index: int | None = None, key: str | None = None):
         super().__init__(message)
         self.index = index
+        self.key = key
 
 
 def _number(x: Any) -> bool:
@@ -134,7 +180,7 @@ def unmeasured_level(stage: Stage) -> str | None:
     levels = stage.params.get("concurrency", list(BENCH_LEVELS))
     if not isinstance(levels, list):
         return None  # the action refuses a malformed list itself
-    for at, _least in served_levels(stage.gate[SERVED_SPEEDUP]):
+    for at in (level.at for level in stage.gate.served_speedups):
         if at not in levels:
             return (f"holds the speedup at {at} concurrent request{'s' if at != 1 else ''}, "
                     f"but the benchmark's `concurrency` is {levels}: add {at} to it, or "
@@ -209,9 +255,9 @@ def offline_pair(stages: Sequence[Stage], bench: Stage) -> OfflinePair:
     """
     if bench.action != SERVED_ACTION:
         return OfflinePair(None, None)
-    explicit = TAU_GAP in bench.gate
-    tolerance, named = tau_gap_form(bench.gate[TAU_GAP]) if explicit else (DEFAULT_TAU_GAP,
-                                                                           None)
+    held = bench.gate.tau_gap
+    explicit = held is not None
+    tolerance, named = (held.max, held.verify) if held is not None else (DEFAULT_TAU_GAP, None)
     ups = upstream(stages, bench.name)
     verifies = [s for s in ups if s.action == "eagle3.verify"]
     serves = [s for s in ups if _served(s)]

@@ -16,6 +16,7 @@ import yaml
 
 from harness import todos as uc
 from harness.runner import Runner, evaluate_gate, stage_status
+from pipeline.gates import parse_gate
 from pipeline.spec.load import load_spec
 from state.store import Store
 from tests.conftest import ROOT
@@ -116,13 +117,14 @@ def test_missing_output_and_gate_block_with_numbers(tmp_path: Path, store: Store
 
 
 def test_gate_evaluation_reports_numbers() -> None:
-    ok, lines = evaluate_gate({"min_acceptance_length": 2.0, "min_projected_speedup": 1.1},
+    ok, lines = evaluate_gate(parse_gate({"min_acceptance_length": 2.0,
+                                          "min_projected_speedup": 1.1}),
                               {"acceptance_length": 1.17, "projected_speedup": 0.66})
     assert not ok
     assert lines == ["acceptance_length 1.17 fails >= 2", "projected_speedup 0.66 fails >= 1.1"]
-    ok, lines = evaluate_gate({"max_loss": 3}, {"loss": 2.5})
+    ok, lines = evaluate_gate(parse_gate({"max_loss": 3}), {"loss": 2.5})
     assert ok and lines == ["loss 2.5 meets <= 3"]
-    ok, lines = evaluate_gate({"min_tau": 2}, {})
+    ok, lines = evaluate_gate(parse_gate({"min_tau": 2}), {})
     assert not ok and lines == ["tau missing (gate needs >= 2)"]
 
 

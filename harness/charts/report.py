@@ -18,7 +18,7 @@ from harness import __version__
 from harness.charts.model import charts
 from harness.charts.svg import svg
 from harness.charts.targets import recorded
-from harness.gates import gate_items
+from harness.gates import Gate, gate_items
 from harness.render import BADGE, GLYPH, SECTION, describe, safe_line, safe_text
 from harness.served_view import comparisons, verification_figures
 from state.fold import VerificationState, board_key, unmet_dependencies
@@ -169,7 +169,7 @@ def _verifications(verifs: Iterable[VerificationState], todos: dict[int, Any]) -
         gate = "<br>".join(
             f'<span class="{"pass" if item.passed else "fail"}">'
             f'{"✓" if item.passed else "✗"}</span> {_e(item.line)}'
-            for item in gate_items(v.gate, v.metrics)) if v.gate else ""
+            for item in gate_items(Gate.from_json(v.gate), v.metrics)) if v.gate else ""
         out.append(f"<tr><td>v{v.id}</td><td>{todo.id if todo else '-'}</td>"
                    f"<td>{_e(v.kind)}</td><td>{verdict}<div class=\"sub\">"
                    f"{_e(safe_line(v.verdict, 200))}</div></td>"

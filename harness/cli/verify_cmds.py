@@ -28,6 +28,7 @@ from pipeline.actions import (
     gate_problem,
     params_to_argv,
 )
+from pipeline.gates import Gate, read_gate
 from state.fold import VerificationState
 
 ACTION = "eagle3.verify"
@@ -51,9 +52,9 @@ def _need_ml() -> None:
                  "host that has them (harness run)")
 
 
-def parse_gate(items: tuple[str, ...]) -> dict[str, Any]:
-    """``min_acceptance_length=2.0`` -> ``{"min_acceptance_length": 2.0}``; a comma list
-    (``min_position_acceptance=0.6,0.4``) holds each position."""
+def parse_gate(items: tuple[str, ...]) -> Gate:
+    """``min_acceptance_length=2.0`` -> the gate ``{"min_acceptance_length": 2.0}``, typed;
+    a comma list (``min_position_acceptance=0.6,0.4``) holds each position."""
     gate: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -75,7 +76,7 @@ def parse_gate(items: tuple[str, ...]) -> dict[str, Any]:
         if problem:
             raise UsageError(f"--gate {key}: {problem}")
         gate[key] = values if len(values) > 1 else values[0]
-    return gate
+    return read_gate(gate)  # every entry's form is checked above
 
 
 def run_verification(params: dict[str, Any], log: Any) -> StageResult:
@@ -187,9 +188,9 @@ def verify_cmd(checkpoint: Path, verifier: Path, data: Path | None, exclude: Pat
                 artifact=result.artifacts[0] if result.artifacts else str(checkpoint),
                 sha256=result.metrics.get("sha256"), passed=passed, verdict=verdict,
                 checks=[c.to_json() for c in result.checks], metrics=result.metrics,
-                gate=gate)
+                gate=gate.to_json())
     if as_json:
-        emit_json({"passed": passed, "verdict": verdict, "gate": gate,
+        emit_json({"passed": passed, "verdict": verdict, "gate": gate.to_json(),
                    "gate_lines": gate_lines, "verification": recorded and f"v{recorded.id}",
                    "todo": f"t{num}" if num is not None else None,
                    "result": result.to_json()})

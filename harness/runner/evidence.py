@@ -13,17 +13,18 @@ from typing import Any
 
 from harness.gates import gate_items
 from pipeline.actions import StageResult, table_note
+from pipeline.gates import Gate
 from pipeline.spec.models import Stage
 from state.store import Tx
 
 
-def evaluate_gate(gate: dict[str, Any], metrics: dict[str, Any]) -> tuple[bool, list[str]]:
+def evaluate_gate(gate: Gate, metrics: dict[str, Any]) -> tuple[bool, list[str]]:
     """Returns (passed, one line per threshold)."""
     items = gate_items(gate, metrics)
     return all(i.passed for i in items), [i.line for i in items]
 
 
-def gate_reason(gate: dict[str, Any], result: StageResult | None) -> str:
+def gate_reason(gate: Gate, result: StageResult | None) -> str:
     """Why a gate failed, numbers first: the action's own summary (for eagle3.verify
     ``acceptance 15% (τ 1.17) at k=3; pos1 40%; projected 0.66x``), then what the gate
     needs of each failing metric and what was measured."""
@@ -50,7 +51,7 @@ class Judgement:
 
 
 def judge(stage: Stage, result: StageResult | None, missing_outputs: list[str], *,
-          gate: dict[str, Any] | None = None) -> Judgement:
+          gate: Gate | None = None) -> Judgement:
     """``gate``: what the stage is held to, when more than its own (a benchmark's implied
     served-vs-offline τ check, :mod:`.offline`)."""
     gate = stage.gate if gate is None else gate
@@ -95,8 +96,9 @@ def checks_failed_alone(result: StageResult | None) -> bool:
 
 def record_verification(tx: Tx, stage: Stage, todo: int, run_id: int,
                         result: StageResult | None, verdict: Judgement, *,
-                        gate: dict[str, Any] | None = None) -> None:
-    """The checks and gate of a finished job, as a ``verifications`` row."""
+                        gate: Gate | None = None) -> None:
+    """The checks and gate of a finished job, as a ``verifications`` row; the gate is
+    stored in the form it was written in (:meth:`Gate.to_json`)."""
     gate = stage.gate if gate is None else gate
     if result is None or not (result.checks or gate):
         return
@@ -110,4 +112,4 @@ def record_verification(tx: Tx, stage: Stage, todo: int, run_id: int,
         artifact=result.artifacts[0] if result.artifacts else None,
         sha256=sha if isinstance(sha, str) else None, passed=passed, verdict=text,
         checks=[c.to_json() for c in result.checks], metrics=result.metrics,
-        gate=dict(gate))
+        gate=gate.to_json())

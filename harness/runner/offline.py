@@ -6,14 +6,15 @@ with the τ the ``eagle3.verify`` stage measured on the same checkpoint
 from the store: the newest ``eagle3.verify`` verification recorded for that stage's todo
 in this session. They join the benchmark's metrics as ``offline_*`` (so its verification
 row shows both, and ``harness show`` and the TUI can put them side by side), and the gate
-gains ``max_served_tau_gap`` at the default tolerance when the pairing implies it.
+gains a :class:`pipeline.gates.TauGap` at the default tolerance when the pairing implies it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pipeline.served_gates import TAU_GAP, offline_pair, tau_gap
+from pipeline.gates import Gate, TauGap
+from pipeline.served_gates import offline_pair, tau_gap
 from pipeline.spec.models import Pipeline, Stage
 from state.fold import VerificationState
 from state.store import Store
@@ -49,10 +50,10 @@ def offline_figures(v: VerificationState) -> dict[str, Any]:
 
 
 def offline_context(store: Store, sid: int, spec: Pipeline, stage: Stage
-                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+                    ) -> tuple[Gate, dict[str, Any]]:
     """The gate ``stage`` is held to (its own, plus an implied ``max_served_tau_gap``) and
     the metrics to add to its result (``offline_*``, or ``offline_problem``)."""
-    gate = dict(stage.gate)
+    gate = stage.gate
     pair = offline_pair(spec.stages, stage)
     if pair.verify is None:
         return gate, ({"offline_problem": pair.problem} if pair.problem else {})
@@ -64,8 +65,8 @@ def offline_context(store: Store, sid: int, spec: Pipeline, stage: Stage
         why = (f"stage {pair.verify.name} has no recorded verification" if row is None else
                f"stage {pair.verify.name} (v{row.id}) measured no τ (functional checks off?)")
         return gate, {"offline_problem": why}
-    if pair.implied:
-        gate[TAU_GAP] = pair.tolerance
+    if pair.implied and pair.tolerance is not None:
+        gate = gate.adding(TauGap(pair.tolerance))
     figures["offline_source"] = f"{pair.verify.name} v{row.id}"
     return gate, figures
 

@@ -25,18 +25,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pipeline.actions import BUILTIN_ACTIONS, REQUIRE_VLLM, gate_problem
+from pipeline.actions import BUILTIN_ACTIONS, gate_problem
 from pipeline.errors import SpecError
-from pipeline.served_gates import (
-    SERVED_KEYS,
-    SERVED_SPEEDUP,
-    TAU_GAP,
-    GateFormError,
-    offline_pair,
-    served_levels,
-    tau_gap_form,
-    unmeasured_level,
-)
+from pipeline.served_gates import SERVED_SPEEDUP, TAU_GAP, offline_pair, unmeasured_level
 from pipeline.spec.host_checks import check_host
 from pipeline.spec.messages import from_validation, suggest
 from pipeline.spec.models import (
@@ -217,28 +208,22 @@ def _check(p: Pipeline, source: str) -> None:
 
 def _check_gate(stage: Stage, at: str, fail: Any) -> None:
     """Each gate key names a metric the stage's action reports (``ACTION_METRICS``), or
-    is a key on served numbers (:mod:`pipeline.served_gates`) in its own form."""
+    is a key on served numbers (:mod:`pipeline.served_gates`) in its own form. The stage
+    holds its gate already read into typed values (:mod:`pipeline.gates`); an entry read
+    as of the wrong form is refused here, after its key."""
     if stage.gate and stage.action is None:
         fail(f"{at}.gate", "a gate needs an `action`: a `run:` command reports no metrics")
-    for key, value in stage.gate.items():
+    for key in stage.gate.keys:
         where = f"{at}.gate.{key}"
         problem = gate_problem(stage.action or "", key)
         if problem:
             fail(where, problem)
-        if key == REQUIRE_VLLM:
-            if not isinstance(value, bool):
-                fail(where, f"expected true or false, got {value!r}")
-        elif key in SERVED_KEYS:
-            try:
-                served_levels(value) if key == SERVED_SPEEDUP else tau_gap_form(value)
-            except GateFormError as exc:
-                fail(where + (f"[{exc.index}]" if exc.index is not None else ""), str(exc))
-            unmeasured = unmeasured_level(stage) if key == SERVED_SPEEDUP else None
-            if unmeasured:
-                fail(where, unmeasured)
-        elif isinstance(value, (dict, bool)) or (isinstance(value, list) and
-                                                 any(isinstance(v, dict) for v in value)):
-            fail(where, f"expected a number or a list of numbers, got {value!r}")
+        bad = stage.gate.problem(key)
+        if bad is not None:
+            fail(where + (f"[{bad.index}]" if bad.index is not None else ""), bad.problem)
+        unmeasured = unmeasured_level(stage) if key == SERVED_SPEEDUP else None
+        if unmeasured:
+            fail(where, unmeasured)
 
 
 def _check_offline(p: Pipeline, first_at: Mapping[str, int], fail: Any) -> None:

@@ -18,14 +18,18 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
+    GetPydanticSchema,
     PrivateAttr,
     StrictBool,
     StrictInt,
     StrictStr,
 )
+from pydantic_core import core_schema
 
 from pipeline.actions import BUILTIN_ACTIONS, params_to_argv
 from pipeline.errors import SpecError
+from pipeline.gates import Gate, read_gate
 from pipeline.spec.durations import parse_duration
 from pipeline.stage_graph import topological_order
 
@@ -100,6 +104,19 @@ EnvMap = Annotated[dict[str, StrictStr], BeforeValidator(_env_values)]
 Number = Annotated[float, BeforeValidator(_number)]
 Threshold = Annotated[StrictBool | float | list[float] | dict[str, Any] | list[dict[str, Any]],
                       BeforeValidator(_threshold)]
+
+
+def _gate_schema(_source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    """A ``gate:`` mapping: each entry shaped on its own (a bad number is located at its
+    key), then read once into typed values (:func:`pipeline.gates.read_gate`), which is
+    what the stage holds; it is written back out in the form it was read from."""
+    return core_schema.no_info_before_validator_function(
+        lambda v: v.to_json() if isinstance(v, Gate) else v,
+        core_schema.no_info_after_validator_function(read_gate, handler(dict[str, Threshold])),
+        serialization=core_schema.plain_serializer_function_ser_schema(Gate.to_json))
+
+
+GateField = Annotated[Gate, GetPydanticSchema(_gate_schema)]
 
 
 class _Model(BaseModel):
@@ -198,7 +215,9 @@ class Stage(_Model):
     host: StrictStr | None = None
     outputs: StrList = Field(default_factory=list)
     checks: StrList = Field(default_factory=list)
-    gate: dict[str, Threshold] = Field(default_factory=dict)
+    #: entries of the wrong form are kept as ``Unreadable``: the loader refuses them where
+    #: they are, in the order of its other checks (:func:`pipeline.spec.load._check_gate`)
+    gate: GateField = Field(default_factory=Gate)
     retries: StrictInt | None = Field(None, ge=0)
     timeout: Duration | None = None
     env: EnvMap = Field(default_factory=dict)

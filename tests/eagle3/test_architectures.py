@@ -120,7 +120,7 @@ def test_verify_runs_the_functional_checks(arch_trained, arch, tmp_path):
     # every threshold of the H200 example's verify gate reads a metric the stage emits,
     # and none of them is a speed (speed is gated on the served benchmark)
     h200 = load_spec(ROOT / "examples" / "eagle3-h200.yaml").stage("verify")
-    assert not any("speedup" in key for key in h200.gate)
+    assert not any("speedup" in key for key in h200.gate.keys)
     assert all(i.value is not None for i in gate_items(h200.gate, m))
 
 

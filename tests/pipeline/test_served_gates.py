@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from harness.gates import gate_items
+from pipeline.gates import parse_gate
 from pipeline.served_gates import offline_pair
 from pipeline.spec.load import parse_spec
 from tests.conftest import run_cli
@@ -136,8 +137,9 @@ def test_an_asked_for_check_says_why_it_cannot_be_made(tmp_path: Path) -> None:
 def test_the_gate_judges_each_level_and_the_tau_gap_in_words() -> None:
     metrics = {"speedup_c1": 1.42, "speedup_c16": 0.97, "acceptance_length": 2.61,
                "offline_acceptance_length": 3.10, "offline_source": "verify v3"}
-    gate = {"min_served_speedup": [{"at": 1, "min": 1.3}, {"at": 4, "min": 1.0},
-                                   {"at": 16, "min": 1.0}], "max_served_tau_gap": 0.1}
+    gate = parse_gate({"min_served_speedup": [{"at": 1, "min": 1.3}, {"at": 4, "min": 1.0},
+                                              {"at": 16, "min": 1.0}],
+                       "max_served_tau_gap": 0.1})
     c1, c4, c16, gap = gate_items(gate, metrics)
     assert c1.passed and c1.line == "served_speedup c=1 1.42 meets >= 1.3"
     assert not c4.passed and c4.line == (
@@ -150,7 +152,7 @@ def test_the_gate_judges_each_level_and_the_tau_gap_in_words() -> None:
                         "trained")
     assert gap.needs.startswith("served τ within 10% of offline τ (served τ 2.61 vs")
     # no offline τ: the reason the runner found, not a guess
-    (alone,) = gate_items({"max_served_tau_gap": 0.1},
+    (alone,) = gate_items(parse_gate({"max_served_tau_gap": 0.1}),
                           {"acceptance_length": 3.0, "offline_problem": "stage verify has "
                            "no recorded verification"})
     assert not alone.passed and "stage verify has no recorded verification" in alone.line
@@ -164,8 +166,9 @@ def test_the_gate_holds_the_smallest_trial_and_does_not_decide_an_unstable_level
                "speedup_spread_c1": 0.0387, "speedup_c64": 1.31, "speedup_median_c64": 1.5,
                "speedup_max_c64": 1.62, "speedup_spread_c64": 0.2067, "trials": 3,
                "spread_tolerance": 0.1, "speedup_figure": "the smallest of 3 trials"}
-    c1, c64 = gate_items({"min_served_speedup": [{"at": 1, "min": 1.3},
-                                                 {"at": 64, "min": 1.0}]}, metrics)
+    c1, c64 = gate_items(parse_gate({"min_served_speedup": [{"at": 1, "min": 1.3},
+                                                            {"at": 64, "min": 1.0}]}),
+                         metrics)
     assert c1.passed and c1.value == 1.52
     assert c1.line == ("served_speedup c=1 1.52 meets >= 1.3 (the smallest of 3 trials, "
                        "spread 4%)")
@@ -176,11 +179,11 @@ def test_the_gate_holds_the_smallest_trial_and_does_not_decide_an_unstable_level
                         "`min_seconds`)")
     assert c64.needs == c64.line  # the blocked todo's reason says the same
     # below the threshold on the conservative figure, though the median passes
-    (low,) = gate_items({"min_served_speedup": {"at": 1, "min": 1.53}}, metrics)
+    (low,) = gate_items(parse_gate({"min_served_speedup": {"at": 1, "min": 1.53}}), metrics)
     assert not low.passed and low.needs == ("served_speedup c=1 ≥ 1.53 (measured 1.52; the "
                                             "smallest of 3 trials, spread 4%)")
     # a wider tolerance decides the same level
-    (wide,) = gate_items({"min_served_speedup": {"at": 64, "min": 1.0}},
+    (wide,) = gate_items(parse_gate({"min_served_speedup": {"at": 64, "min": 1.0}}),
                          {**metrics, "spread_tolerance": 0.25})
     assert wide.passed and wide.line.startswith("served_speedup c=64 1.31 meets >= 1")
 

@@ -81,8 +81,8 @@ def test_example_loads_with_defaults_applied(tmp_path: Path) -> None:
     assert note.host == "local" and note.retries == 1 and note.timeout == 12 * 3600
     assert train.retries == 0 and train.timeout == 5400
     assert train.needs == ["generate"] and note.todo == "note_done"
-    assert verify.gate == {"min_acceptance_length": 2.0,
-                           "min_position_acceptance": [0.6, 0.4]}
+    assert verify.gate.to_json() == {"min_acceptance_length": 2.0,
+                                     "min_position_acceptance": [0.6, 0.4]}
     assert p.host_for("train") is gpu and p.host_for(note) is local
     assert [s.name for s in p.order()] == ["generate", "note_done", "train", "verify"]
 

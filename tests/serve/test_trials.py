@@ -17,6 +17,7 @@ import pytest
 from harness.gates import gate_items
 from pipeline.eagle3.bench_trials import Spread, verdicts
 from pipeline.eagle3.load_levels import Level
+from pipeline.gates import parse_gate
 from pipeline.vllm import schedule as sched
 from pipeline.vllm.openai_client import StreamTiming
 from tests.serve.helpers import CHAT_PROMPTS
@@ -92,7 +93,7 @@ def test_trials_report_median_and_range_and_gate_the_smallest(tmp_path: Path,
     assert "3 trial(s)" in table and "speedup (min)" in table and "TTFT p99" in table
     # the gate holds the smallest trial, and says so (or, where this machine's noise
     # spread the trials past the tolerance, says the level is unstable)
-    (item,) = gate_items({"min_served_speedup": {"at": 1, "min": 0.001}}, m)
+    (item,) = gate_items(parse_gate({"min_served_speedup": {"at": 1, "min": 0.001}}), m)
     assert item.value == m["speedup_c1"]
     stable = m["speedup_spread_c1"] <= 0.5
     assert item.passed is stable and m["served_table"][0]["stable"] is stable
@@ -116,7 +117,7 @@ def test_a_level_whose_trials_disagree_is_unstable_and_not_decided(tmp_path: Pat
     assert m["served_table"][0]["stable"] is False
     assert "UNSTABLE" in out[out.index("served (vLLM"):]
     assert "(median " in doc["summary"] and "UNSTABLE)" in doc["summary"]
-    (item,) = gate_items({"min_served_speedup": {"at": 1, "min": 0.001}}, m)
+    (item,) = gate_items(parse_gate({"min_served_speedup": {"at": 1, "min": 0.001}}), m)
     assert not item.passed and "served_speedup c=1 unstable: its trials spread " in item.line
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from harness.gates import gate_items
+from harness.gates import Gate, gate_items
 from tui.widgets.verification import gate_rows
 
 
 def test_gate_rows_show_list_metrics_and_agree_with_the_runner() -> None:
-    gate = {"min_acceptance_length": 2.0, "min_position_acceptance": [0.6, 0.5],
-            "min_projected_speedup": 1.1}
+    gate = Gate.from_json({"min_acceptance_length": 2.0,
+                           "min_position_acceptance": [0.6, 0.5], "min_projected_speedup": 1.1})
     metrics = {"tau": 1.87, "position_acceptance": [0.52, 0.24, 0.11],
                "projected_speedup": 1.04}
     rows = [(label.plain, value.plain) for label, value in gate_rows(gate, metrics)]
@@ -19,5 +19,5 @@ def test_gate_rows_show_list_metrics_and_agree_with_the_runner() -> None:
     ]
     judged = gate_items(gate, {**metrics, "acceptance_length": 1.87})
     assert [i.passed for i in judged] == [False, False, False]
-    ok = gate_rows({"min_position_acceptance": [0.5, 0.2]}, metrics)
+    ok = gate_rows(Gate.from_json({"min_position_acceptance": [0.5, 0.2]}), metrics)
     assert ok[0][1].plain == "✓ 0.52, 0.24, needs ≥ 0.5, 0.2"

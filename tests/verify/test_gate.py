@@ -85,14 +85,15 @@ OLD_ROW_METRICS = {"projected_speedup": 1.42, "measured_speedup": 0.445,
 def test_an_old_rows_speed_gate_still_reads_with_its_note():
     """Stores written before the rename still show what their gate held, and how far to
     trust it (the TUI and `harness show` judge stored rows with the same code)."""
-    from harness.gates import gate_items
+    from harness.gates import Gate, gate_items
 
-    (item,) = gate_items({"min_measured_speedup": 1.0}, OLD_ROW_METRICS)
+    (item,) = gate_items(Gate.from_json({"min_measured_speedup": 1.0}), OLD_ROW_METRICS)
     assert not item.passed and item.metric == "measured_speedup" and item.value == 0.445
     assert item.needs == ("measured_speedup ≥ 1 (measured 0.445; wall clock of the "
                           "speculative loop over plain decoding; CPU timings are indicative "
                           "only)")
-    (plain,) = gate_items({"min_acceptance_length": 2.0}, {"acceptance_length": 2.5})
+    (plain,) = gate_items(Gate.from_json({"min_acceptance_length": 2.0}),
+                         {"acceptance_length": 2.5})
     assert plain.line == "acceptance_length 2.5 meets >= 2"
 
 

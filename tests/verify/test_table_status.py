@@ -16,6 +16,7 @@ from textual.widgets import Static
 
 from harness.gates import gate_items
 from pipeline.actions import Check, check_status, table_note
+from pipeline.gates import parse_gate
 from state.store import Store
 from tests.conftest import ROOT, run_cli
 from tests.tui.campaign import NOW
@@ -77,9 +78,9 @@ def test_a_gate_that_requires_vllm_fails_on_table_answers(good, db_url):
     bad = run_cli(["--db", db_url, "verify", str(good["dir"]), "--verifier",
                    str(good["verifier"]), "--gate", "require_vllm=1"])
     assert bad.code == 2 and "require_vllm=true or false" in bad.err
-    (item,) = gate_items({"require_vllm": True}, {"vllm_checks_from_table": 0})
+    (item,) = gate_items(parse_gate({"require_vllm": True}), {"vllm_checks_from_table": 0})
     assert item.passed and item.line == "every vLLM check was asked of an installed vLLM"
-    (off,) = gate_items({"require_vllm": False}, {"vllm_checks_from_table": 3})
+    (off,) = gate_items(parse_gate({"require_vllm": False}), {"vllm_checks_from_table": 3})
     assert off.passed
 
 

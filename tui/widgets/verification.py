@@ -8,7 +8,8 @@ how many there are), ``metrics`` holds e.g.
 ``acceptance_per_position`` (a list of rates), ``tau`` (mean acceptance length) and the
 speed: a benchmark's served ``speedup_c<N>``, or the verify stage's reference-loop figures
 (``reference_speedup_bound``, ``projected_speedup``: upper bounds, labelled as such), and
-``gate`` the thresholds it was held to (``{min_acceptance_length: 2.0}``). When a served
+``gate`` the thresholds it was held to (``{min_acceptance_length: 2.0}``, read into a
+typed :class:`harness.gates.Gate` once, where the row is shown). When a served
 benchmark of the same checkpoint exists, the report puts offline and served side by side
 (:mod:`harness.served_view`).
 """
@@ -27,7 +28,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from harness.charts.model import Chart, served_chart
-from harness.gates import FAIL, TABLE, check_status, gate_items
+from harness.gates import FAIL, TABLE, Gate, check_status, gate_items
 from harness.render import safe_line
 from harness.served_view import Comparison, reference_bound
 from state.fold import VerificationState
@@ -61,7 +62,7 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> Text:
     return out
 
 
-def gate_rows(gate: dict[str, Any], metrics: dict[str, Any]) -> list[tuple[Text, Text]]:
+def gate_rows(gate: Gate, metrics: dict[str, Any]) -> list[tuple[Text, Text]]:
     """Each threshold with the measured value it was compared with, judged as the runner
     judges it (:func:`harness.gates.gate_items`)."""
     known = dict(metrics)
@@ -134,7 +135,7 @@ def report(v: VerificationState, width: int = 100,
 
     if v.gate:
         out.add_row(Text("Gate", style="bold"))
-        out.add_row(gate_table(v.gate, v.metrics, compact=compact))
+        out.add_row(gate_table(Gate.from_json(v.gate), v.metrics, compact=compact))
 
     if v.checks:
         out.add_row(Text("Checks", style="bold"))
@@ -242,7 +243,7 @@ def verdict_badge(v: VerificationState) -> Text:
                 style="bold white on dark_green" if v.passed else "bold white on red3")
 
 
-def gate_table(gate: dict[str, Any], metrics: dict[str, Any], *, compact: bool = False
+def gate_table(gate: Gate, metrics: dict[str, Any], *, compact: bool = False
                ) -> Table:
     """Each threshold and what was measured; ``compact``: one wrapping line each, named by
     its metric (``✗ acceptance_length 1.87, needs ≥ 2``), for a narrow place."""
@@ -318,7 +319,7 @@ def latest_summary(results: tuple[VerificationState, ...]) -> Table | None:
     if unchecked is not None:
         out.add_row(unchecked)
     if v.gate:
-        out.add_row(gate_table(v.gate, v.metrics, compact=True))
+        out.add_row(gate_table(Gate.from_json(v.gate), v.metrics, compact=True))
     else:
         out.add_row(line(v.verdict, 200))
     out.add_row(Text("3 shows the checks and the whole report", style="dim italic"))
