@@ -1,9 +1,9 @@
 """How long an agent waits for the harness: the commands it runs on every todo change,
 each a fresh process, against `python -c pass` measured in the same run.
 
-    .venv/bin/python bench/agent_latency.py              # one table
-    .venv/bin/python bench/agent_latency.py --runs 50 --json
-    .venv/bin/python bench/agent_latency.py --before main   # and the code of `main`
+    .venv/bin/python -m bench.agent_latency              # one table
+    .venv/bin/python -m bench.agent_latency --runs 50 --json
+    .venv/bin/python -m bench.agent_latency --before main   # and the code of `main`
 
 Cases (issue 15): `harness hook claude-code` on a 30-item TodoWrite and on a TaskUpdate,
 `harness todoread --format prompt`, `harness todowrite` of 30 items; and the same
@@ -33,9 +33,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from process_timing import harness_exe, latency_rows, print_table, timed_run, todowrite_payloads
+from bench.process_timing import (
+    harness_exe,
+    latency_rows,
+    print_table,
+    timed_run,
+    todowrite_payloads,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
+
 HOOKS = ROOT / "tests" / "data" / "hooks"
 
 
@@ -119,7 +126,7 @@ def measure(runs: int, before: str | None = None) -> list[dict[str, object]]:
         if before is None:
             todo += cases(env)
         else:
-            from before_tree import export_tree, label
+            from bench.before_tree import export_tree, label
 
             code = export_tree(before, Path(tmp) / "before-code")
             old_env = setup(Path(tmp) / "before", code, leases=False)

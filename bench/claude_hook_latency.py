@@ -1,9 +1,9 @@
 """How long the harness hooks hold up the real Claude Code, timed from its own stream.
 
-    .venv/bin/python bench/claude_hook_latency.py            # one table
-    .venv/bin/python bench/claude_hook_latency.py --rounds 30 --json
-    .venv/bin/python bench/claude_hook_latency.py --version 2.1.197
-    .venv/bin/python bench/claude_hook_latency.py --rounds 10 --repeat 3 --before main
+    .venv/bin/python -m bench.claude_hook_latency            # one table
+    .venv/bin/python -m bench.claude_hook_latency --rounds 30 --json
+    .venv/bin/python -m bench.claude_hook_latency --version 2.1.197
+    .venv/bin/python -m bench.claude_hook_latency --rounds 10 --repeat 3 --before main
 
 Claude Code (``--version``, default the newest that tests/agents/real/npm.py pins, from
 its npm cache) runs ``-p`` against the scripted Anthropic API of
@@ -36,25 +36,21 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from process_timing import hook_rows, print_hook_table  # noqa: E402
-
-from tests.agents.real.anthropic_server import (  # noqa: E402
+from bench.process_timing import hook_rows, print_hook_table
+from tests.agents.real.anthropic_server import (
     AnthropicServer,
     Reply,
     Request,
     ToolCall,
 )
-from tests.agents.real.claude_run import PROJECT, ClaudeProject  # noqa: E402
-from tests.agents.real.npm import versions  # noqa: E402
+from tests.agents.real.claude_run import PROJECT, ClaudeProject
+from tests.agents.real.npm import versions
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def script(rounds: int):  # type: ignore[no-untyped-def]
@@ -150,7 +146,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="claude-hook-bench-") as tmp:
         runs: list[tuple[str, bool, Path]] = [("baseline", True, ROOT), ("harness", False, ROOT)]
         if args.before:
-            from before_tree import export_tree
+            from bench.before_tree import export_tree
 
             runs.append(("before", False, export_tree(args.before, Path(tmp) / "before-code")))
         for turn, (name, baseline, code) in enumerate(runs * args.repeat):

@@ -1,10 +1,10 @@
 """How long a person waits for `harness`: every everyday command, each a fresh process,
 against `python -c pass` measured in the same run.
 
-    .venv/bin/python bench/cli_latency.py                # SQLite, one table
-    .venv/bin/python bench/cli_latency.py --pg           # also todowrite/list on PostgreSQL
-    .venv/bin/python bench/cli_latency.py --runs 30 --json
-    .venv/bin/python bench/cli_latency.py --before /tmp/base   # and an older tree's figures
+    .venv/bin/python -m bench.cli_latency                # SQLite, one table
+    .venv/bin/python -m bench.cli_latency --pg           # also todowrite/list on PostgreSQL
+    .venv/bin/python -m bench.cli_latency --runs 30 --json
+    .venv/bin/python -m bench.cli_latency --before /tmp/base   # and an older tree's figures
 
 The store (a fresh SQLite file) holds a session of 30 todos with some history, and an
 agent's session of 30 that `todowrite` rewrites. Each case
@@ -31,10 +31,15 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from process_timing import harness_exe, latency_rows, print_table, timed_run, todowrite_payloads
+from bench.process_timing import (
+    harness_exe,
+    latency_rows,
+    print_table,
+    timed_run,
+    todowrite_payloads,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 Argv = Callable[[int], list[str]]
 

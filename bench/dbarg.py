@@ -7,7 +7,7 @@
 
 Use it in a bench::
 
-    from dbarg import add_db_args, bench_db
+    from bench.dbarg import add_db_args, bench_db
     add_db_args(ap)
     args = ap.parse_args()
     with bench_db(args, "todowrite") as url:
@@ -23,10 +23,6 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 def _raise_interrupt(_signum: int, _frame: object) -> None:

@@ -9,7 +9,7 @@ the stage did) or kept referenced until interpreter shutdown (the worst case). A
 when torchrun exits non-zero; "terminate called" counts the ranks that died in C++
 ``std::terminate`` (SIGABRT) during interpreter shutdown.
 
-    python bench/ddp_exit.py --runs 30
+    python -m bench.ddp_exit --runs 30
 
 The variants alternate run by run, so machine load hits them all alike. The failure is a race;
 it shows most on a loaded machine (e.g. two busy loops beside it on two cores).
@@ -34,7 +34,6 @@ def worker(variant: str) -> None:
     import torch
     import torch.distributed
 
-    sys.path.insert(0, str(ROOT))
     from pipeline.eagle3.distributed import Dist, wrap_ddp
 
     dist = Dist("cpu")
@@ -69,7 +68,8 @@ def launch(variant: str) -> tuple[bool, int, float]:
     """(exited 0, ranks that hit std::terminate, seconds)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-           str(Path(__file__).resolve()), "--worker", variant]
+           "-m", "bench.ddp_exit", "--worker", variant]
+    # the ranks import bench.ddp_exit and pipeline from this tree, whatever the cwd
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)

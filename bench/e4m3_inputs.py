@@ -8,21 +8,15 @@ ones, so this run differs from an FP8 engine only in where the products are summ
 error against an fp32 reference is the yardstick for "the FP8 checkpoint's states are within
 what FP8 implies". Same arguments as the stage:
 
-    python bench/e4m3_inputs.py --verifier TWIN --tokens DIR --out DIR ... --result R.json
+    python -m bench.e4m3_inputs --verifier TWIN --tokens DIR --out DIR ... --result R.json
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from quantized_verifier import fake_quant_inputs  # noqa: E402
-
-from pipeline.eagle3 import hidden_states  # noqa: E402
+from bench.quantized_verifier import fake_quant_inputs
+from pipeline.eagle3 import hidden_states
 
 _load_placed = hidden_states.load_placed
 

@@ -18,7 +18,7 @@ run, on one GPU of the same machine):
   (``--loss-curve``) against one GPU's, next to the gap between two one-GPU runs that differ
   only in their data order (the noise).
 
-    python bench/eagle3_2gpu.py [--out DIR] [--workdir DIR] [--sections ...] [--tiny]
+    python -m bench.eagle3_2gpu [--out DIR] [--workdir DIR] [--sections ...] [--tiny]
 
 Everything lands in ``--out`` (``eagle3_2gpu.json``, merged across runs, and the table). A
 machine that allows ten minutes a command runs it in two: ``--sections split,tp`` then
@@ -39,14 +39,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from bench.eagle3_campaign import compare_shards, fresh, print_table, stage
+from pipeline.actions import params_to_argv
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import torch  # noqa: E402
-from eagle3_campaign import compare_shards, fresh, print_table, stage  # noqa: E402
-
-from pipeline.actions import params_to_argv  # noqa: E402
 
 SPEC = ROOT / "examples" / "eagle3-h200.yaml"
 LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,

@@ -18,7 +18,7 @@ Sections (``--sections``, in this order; each baseline is measured in the same r
 - ``writes``: the extraction's write methods (pwrite, mmap) to disk and /dev/shm at the
   Llama-3.2-1B shape (``bench/eagle3_gpu.py``'s extract section).
 
-    python bench/eagle3_campaign.py [--out DIR] [--workdir DIR] [--sections ...] [--tiny]
+    python -m bench.eagle3_campaign [--out DIR] [--workdir DIR] [--sections ...] [--tiny]
 
 Everything lands in ``--out`` (``eagle3_campaign.json``, merged across runs, and the table).
 A machine that allows ten minutes a command runs it in two: ``--sections pipeline`` then
@@ -39,14 +39,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+import yaml
+
+from pipeline.actions import params_to_argv
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import torch  # noqa: E402
-import yaml  # noqa: E402
-
-from pipeline.actions import params_to_argv  # noqa: E402
 
 SPEC = ROOT / "examples" / "eagle3-h200.yaml"
 # --tiny: the same stages at CPU size (the wiring, not the figures).
@@ -157,8 +155,7 @@ def section_pipeline(args, work: Path, peak: float | None, rows: list, record: d
 
 def drafter_mfu(train_dir: Path, tokens_dir: Path, metrics: dict, peak: float | None):
     """The drafter's training FLOPs per second over the matmul rate."""
-    from eagle3_gpu import train_flops_per_token
-
+    from bench.eagle3_gpu import train_flops_per_token
     from pipeline.eagle3.datafiles import read_tokens
     from pipeline.eagle3.drafter import DrafterConfig
 
@@ -302,7 +299,7 @@ def section_online(args, work: Path, peak: float | None, rows: list, record: dic
 
 def section_online_1b(args, rows: list, record: dict) -> None:
     """The same comparison in one process at the Llama-3.2-1B shape (bench/eagle3_gpu.py)."""
-    from eagle3_gpu import bench_online
+    from bench.eagle3_gpu import bench_online
 
     device = torch.device("cpu" if args.tiny else "cuda")
     b, s, n = (2, 64, 3) if args.tiny else (4, 2048, 12)
@@ -314,7 +311,7 @@ def section_online_1b(args, rows: list, record: dict) -> None:
 
 
 def section_writes(args, rows: list, record: dict) -> None:
-    from eagle3_gpu import bench_extract
+    from bench.eagle3_gpu import bench_extract
 
     device = torch.device("cpu" if args.tiny else "cuda")
     workdir = Path(tempfile.mkdtemp(prefix="eagle3-writes-"))
@@ -371,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     for section in sections:
         print(f"== {section}", flush=True)
         if section == "matmul":
-            from eagle3_gpu import bench_matmul
+            from bench.eagle3_gpu import bench_matmul
 
             m = bench_matmul(torch.device("cpu" if args.tiny else "cuda"), args.tiny)
             peak = record["matmul_tflops"] = m["tflops"]

@@ -21,7 +21,7 @@ Every figure is measured in the same run against its own baseline:
   extraction pays for itself;
 - ``ddp``: the training step under DDP on every visible GPU (``torchrun``), tokens/s summed.
 
-    python bench/eagle3_gpu.py [--out DIR] [--tiny]
+    python -m bench.eagle3_gpu [--out DIR] [--tiny]
                                [--sections matmul,extract,train,loader,online,ddp]
 
 ``--tiny`` runs small shapes on the CPU: a smoke test of this script, not a measurement.
@@ -41,10 +41,9 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
                 num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
@@ -460,7 +459,8 @@ def bench_ddp(args, single_tokens_s: float | None) -> list:
         port = s.getsockname()[1]
     out = Path(tempfile.mkdtemp()) / "ddp.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={gpus}",
-           "--master-addr=127.0.0.1", f"--master-port={port}", __file__, "--ddp-worker",
+           "--master-addr=127.0.0.1", f"--master-port={port}", "-m", "bench.eagle3_gpu",
+           "--ddp-worker",
            "--ddp-out", str(out), "--ttt", str(args.ttt), "--ddp-attn", args.ddp_attn,
            "--train-batch",
            str(args.train_batch), "--seq", str(args.seq)]

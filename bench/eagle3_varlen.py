@@ -14,7 +14,7 @@ path (``--attn sdpa --no-compile-blocks``) measured in the same run:
 - the loss at the first step (same weights, same batch: the kernels must agree) and the
   largest relative gap over all steps (the trajectories drift apart only by rounding).
 
-    python bench/eagle3_varlen.py [--steps 40] [--batch-tokens 16384] [--warmup N] [--tiny]
+    python -m bench.eagle3_varlen [--steps 40] [--batch-tokens 16384] [--warmup N] [--tiny]
 
 ``--tiny`` runs small shapes on the CPU: a smoke test of this script, not a measurement.
 """
@@ -24,15 +24,9 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import torch  # noqa: E402
+import torch
 
 VARIANTS = [  # (label, attn, compiled blocks)
     ("sdpa, eager blocks (plain PyTorch)", "sdpa", False),
@@ -71,7 +65,8 @@ def batch_plan(steps: int, batch_tokens: int, lo: int, hi: int, seed: int) -> li
 
 def run_variant(attn: str, blocks: bool, plan, tiny: bool, device) -> dict:
     import torch._dynamo
-    from eagle3_gpu import make_trainer
+
+    from bench.eagle3_gpu import make_trainer
 
 
     torch._dynamo.reset()

@@ -1,7 +1,7 @@
 """How long the harness hooks hold up the real Gemini CLI, as Gemini CLI times them.
 
-    .venv/bin/python bench/gemini_hook_latency.py            # one table
-    .venv/bin/python bench/gemini_hook_latency.py --rounds 30 --json
+    .venv/bin/python -m bench.gemini_hook_latency            # one table
+    .venv/bin/python -m bench.gemini_hook_latency --rounds 30 --json
 
 Gemini CLI (the pinned version, from npm: tests/agents/real/npm.py) runs ``-p`` against the
 scripted Gemini API of tests/agents/real/gemini_server.py, which makes it create a tracker
@@ -23,19 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from process_timing import harness_exe, hook_rows, print_hook_table  # noqa: E402
-
-from tests.agents.real.gemini_run import PROJECT, GeminiProject  # noqa: E402
-from tests.agents.real.gemini_server import Call, GeminiServer, Reply, Request  # noqa: E402
+from bench.process_timing import harness_exe, hook_rows, print_hook_table
+from tests.agents.real.gemini_run import PROJECT, GeminiProject
+from tests.agents.real.gemini_server import Call, GeminiServer, Reply, Request
 
 
 def script(rounds: int):  # type: ignore[no-untyped-def]

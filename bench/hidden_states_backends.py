@@ -27,7 +27,7 @@ only), beside each run's wall time (with loading the verifier or starting the en
 
 A section ``quantized`` in ``--only`` runs ``bench/quantized_verifier.py`` there, its JSON kept.
 
-    python bench/hidden_states_backends.py [--out DIR] [--only h200,deepseek,deepseek_fp8]
+    python -m bench.hidden_states_backends [--out DIR] [--only h200,deepseek,deepseek_fp8]
                                            [--samples N] [--budget-s 520]
 
 Writes ``hidden_states_backends.json`` (rewritten after every run) and the stages' logs to
@@ -48,7 +48,6 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 T0 = time.perf_counter()
 
@@ -82,8 +81,7 @@ def run_module(module: str, params: dict, result: Path, timeout: float) -> dict:
     """``python -m module`` as the runner starts a stage; its result JSON. A vLLM process
     can hang at interpreter exit once its work is done: 10 s after the result file appears
     the process group is stopped."""
-    how = [str(ROOT / module)] if module.endswith(".py") else ["-m", module]
-    cmd = [sys.executable, *how, *argv_of(params), "--result", str(result)]
+    cmd = [sys.executable, "-m", module, *argv_of(params), "--result", str(result)]
     if result.exists():
         result.unlink()
     t0 = time.perf_counter()
@@ -226,7 +224,7 @@ def one_verifier(name: str, args, work: Path, info: dict) -> None:
     if name == "deepseek_fp8":  # the same engine on the twin, and what FP8 implies
         runs["vllm_twin_bf16"] = ("pipeline.eagle3.hidden_states",
                                   {**runs["vllm_bf16"][1], "verifier": hf_dir})
-        runs["hf_e4m3_sim"] = ("bench/e4m3_inputs.py",
+        runs["hf_e4m3_sim"] = ("bench.e4m3_inputs",
                                {"verifier": hf_dir, "dtype": "bfloat16",
                                 "limit": args.ref_samples})
     entry["aux_layers"] = aux
@@ -322,7 +320,8 @@ def quantized(args, info: dict) -> None:
     t0 = time.perf_counter()
     log(f"quantized_verifier.py, {left:.0f}s left")
     try:
-        proc = subprocess.run([sys.executable, str(script), "--out", str(args.out)], cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-m", "bench.quantized_verifier", "--out",
+                               str(args.out)], cwd=ROOT,
                               timeout=max(left, 30))
         info["quantized_verifier"] = {"rc": proc.returncode,
                                       "wall_seconds": round(time.perf_counter() - t0, 1)}
@@ -402,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     args.work = Path(args.work)
     args.work.mkdir(parents=True, exist_ok=True)
 
-    info: dict = {"command": "python bench/hidden_states_backends.py " + " ".join(argv or
+    info: dict = {"command": "python -m bench.hidden_states_backends " + " ".join(argv or
                                                                                   sys.argv[1:]),
                   "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                   "torch": torch.__version__, "work": str(args.work),

@@ -21,5 +21,5 @@ if [[ "$*" == *deepseek_fp8* ]] && ! python3 -c "import compressed_tensors" 2>/d
   echo "bench/hidden_states_backends.sh: deepseek_fp8 needs compressed-tensors (see this script's header)" >&2
   exit 2
 fi
-python3 bench/hidden_states_backends.py --out "$OUT" "$@" 2>&1 | tee "$OUT/log" \
+python3 -m bench.hidden_states_backends --out "$OUT" "$@" 2>&1 | tee "$OUT/log" \
   | grep -E "^\[bench|^verifier |^h200 |^deepseek|Traceback|Error|error:" | tail -n 80

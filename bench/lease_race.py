@@ -4,8 +4,8 @@ their lease and then heartbeating late, a sweeper all the while; judged from the
 log (tests/agents/lease_race.py, the same driver and judge as
 tests/agents/test_lease_race.py).
 
-    .venv/bin/python bench/lease_race.py                    # SQLite and PostgreSQL
-    .venv/bin/python bench/lease_race.py --agents 32 --kills 8 --todos 200 --sqlite-only
+    .venv/bin/python -m bench.lease_race                    # SQLite and PostgreSQL
+    .venv/bin/python -m bench.lease_race --agents 32 --kills 8 --todos 200 --sqlite-only
 
 Prints one table, a row per backend: agents, kills, silent agents, claims, leases that
 ran out (of killed agents), refused late heartbeats, heartbeats, sweeps, and what must be
@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests import pg  # noqa: E402
-from tests.agents.lease_race import RaceReport, RaceSpec, run_race  # noqa: E402
+from tests import pg
+from tests.agents.lease_race import RaceReport, RaceSpec, run_race
 
 COLUMNS = (("backend", "backend"), ("agents", "agents"), ("kills", "kills"),
            ("silent", "silent"), ("todos", "todos"), ("lease s", "lease_s"),

@@ -10,9 +10,9 @@ in one run, on one fresh store:
 * a process per call, as hooks and the CLI do it: ``harness hook claude-code`` with a
   PostToolUse TodoWrite payload, and ``harness todowrite``.
 
-    python bench/mcp_calls.py                   # 1000 MCP calls, 20 processes
-    python bench/mcp_calls.py --calls 300 --spawns 10
-    python bench/mcp_calls.py --before main     # and the same with the code of `main`
+    python -m bench.mcp_calls                   # 1000 MCP calls, 20 processes
+    python -m bench.mcp_calls --calls 300 --spawns 10
+    python -m bench.mcp_calls --before main     # and the same with the code of `main`
 
 Every MCP call is the agent's heartbeat (issue 35): ``holding a lease`` repeats the MCP
 rows with a server whose agent holds a leased claim, which each call renews. ``--before
@@ -35,16 +35,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
+import mcp_types as types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from harness.agents.tools import ToolEnv, call
+from harness.context import Harness
+from state.store import Store
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import anyio  # noqa: E402
-import mcp_types as types  # noqa: E402
-from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
-
-from harness.agents.tools import ToolEnv, call  # noqa: E402
-from harness.context import Harness  # noqa: E402
-from state.store import Store  # noqa: E402
 
 ITEMS = 30
 
@@ -164,7 +163,7 @@ def main() -> None:
             store.create_session("inproc", actor="bench")
         codes = [("", db, ROOT)]
         if a.before:
-            from before_tree import export_tree, label
+            from bench.before_tree import export_tree, label
 
             code = export_tree(a.before, Path(tmp) / "before-code")
             old_db = Path(tmp) / "before.db"

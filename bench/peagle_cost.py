@@ -14,7 +14,7 @@ timed for both methods in alternation, in one process, on the same inputs.
 Weights do not change the costs, so both drafters are freshly initialised. Medians over
 ``--repeats`` alternations (a neighbour's load shifts both alike). Prints one table.
 
-    python bench/peagle_cost.py --hidden-states examples/runs/peagle-tiny/data/hidden \\
+    python -m bench.peagle_cost --hidden-states examples/runs/peagle-tiny/data/hidden \\
         --verifier examples/runs/peagle-tiny/verifier [--k 3 5] [--repeats 30]
 """
 
@@ -23,12 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def _drafter(method: str, vcfg: dict, aux: list[int], draft_vocab: int):

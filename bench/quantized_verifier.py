@@ -24,8 +24,8 @@ multiply in FP8. Measured in one run, on the same batch:
 Where transformers cannot run FP8 here (the CPU: it dequantizes at load; a GPU without its
 FP8 kernel) the FP8 row says so and the simulation still runs.
 
-    python bench/quantized_verifier.py [--out DIR] [--arch llama|deepseek_v3]   # on a GPU
-    python bench/quantized_verifier.py --device cpu --tiny                      # smoke test
+    python -m bench.quantized_verifier [--out DIR] [--arch llama|deepseek_v3]   # on a GPU
+    python -m bench.quantized_verifier --device cpu --tiny                      # smoke test
 
 Writes ``quantized_verifier.json`` to ``--out`` (default ``$OUT``, else the current dir).
 """
@@ -36,18 +36,14 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from pipeline.eagle3.quant_formats import FP8_MAX  # noqa: E402
-from pipeline.eagle3.quantize_checkpoint import quantize_dir  # noqa: E402
-from pipeline.errors import exc_line  # noqa: E402
+from pipeline.eagle3.quant_formats import FP8_MAX
+from pipeline.eagle3.quantize_checkpoint import quantize_dir
+from pipeline.errors import exc_line
 
 # Llama-3.1-8B's layer shape, fewer layers: big enough that the matmuls, not the launches,
 # set the time on an H200.

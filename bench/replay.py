@@ -11,8 +11,8 @@
    repeated with fresh ids) against plain ``json.loads`` of the same lines. Target: at
    least half that speed. Also a worst case: a file of nothing but TodoWrite calls.
 
-    python bench/replay.py                        # 1M events, ~60 MB transcript
-    python bench/replay.py --events 200000 --sweep 16,64,256 --transcript-mb 20
+    python -m bench.replay                        # 1M events, ~60 MB transcript
+    python -m bench.replay --events 200000 --sweep 16,64,256 --transcript-mb 20
 
 Prints one table per part; the baselines are measured in the same run.
 """
@@ -28,13 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import state.tx as store_mod  # SNAPSHOT_EVERY lives with the write transaction
 from harness.importers import import_file
 from state.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
+
 FIXTURE = ROOT / "tests" / "data" / "claude-code-2.0.49-openroad-mcp.jsonl"
 ITEMS = 40
 STATUSES = ("pending", "in_progress", "completed", "blocked")

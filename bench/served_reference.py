@@ -28,7 +28,7 @@ vLLM's client is asyncio in one thread and ours threads; both pool one keep-aliv
 connection per request slot.
 
     # vLLM in this interpreter, two servers up (docs/serving.md, "vLLM's own benchmark")
-    python bench/served_reference.py --baseline-url http://127.0.0.1:8000 \\
+    python -m bench.served_reference --baseline-url http://127.0.0.1:8000 \\
         --url http://127.0.0.1:8005 --prompts data/prompts.jsonl --tokenizer verifier \\
         --concurrency 1,4,16,64 --max-tokens 128 --min-seconds 10 --vllm-python python3
 
@@ -48,13 +48,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from pipeline.eagle3.bench_prompts import Prompt, load_prompts, request_bodies  # noqa: E402
-from pipeline.eagle3.load_levels import Level, run_level  # noqa: E402
-from pipeline.vllm.metrics import spec_delta, spec_snapshot  # noqa: E402
-from pipeline.vllm.openai_client import get  # noqa: E402
+from pipeline.eagle3.bench_prompts import Prompt, load_prompts, request_bodies
+from pipeline.eagle3.load_levels import Level, run_level
+from pipeline.vllm.metrics import spec_delta, spec_snapshot
+from pipeline.vllm.openai_client import get
 
 DRIVER = Path(__file__).with_name("vllm_bench_driver.py")
 # (our Level.summary() path, vLLM's result key, label)

@@ -12,8 +12,8 @@ same run:
 - parsing a ``/metrics`` page of 4 engines x 7 draft positions with the harness parser
   (``spec_snapshot``), against a bare regex pass over the lines.
 
-    python bench/serving_client.py              # 256 tokens a request, 200 requests
-    python bench/serving_client.py --tokens 64 --requests 100
+    python -m bench.serving_client              # 256 tokens a request, 200 requests
+    python -m bench.serving_client --tokens 64 --requests 100
 
 Prints one table: medians, and the harness figure over the baseline's.
 """
@@ -31,11 +31,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pipeline.vllm.metrics import spec_snapshot
+from pipeline.vllm.openai_client import get, stream_request
 
-from pipeline.vllm.metrics import spec_snapshot  # noqa: E402
-from pipeline.vllm.openai_client import get, stream_request  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:

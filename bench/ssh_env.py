@@ -8,8 +8,8 @@ shell (what ``run(env=...)`` and ``start_detached`` do now), with the same value
 list; the baseline), and with no environment at all (fabric's ``run``, the floor). A
 detached job's launch is timed too, each way.
 
-    python bench/ssh_env.py                # 40 rounds
-    python bench/ssh_env.py --rounds 100
+    python -m bench.ssh_env                # 40 rounds
+    python -m bench.ssh_env --rounds 100
 
 Prints one table: median and best milliseconds per way.
 """
@@ -19,13 +19,10 @@ from __future__ import annotations
 import argparse
 import secrets
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.hosts import jobscripts
 from pipeline.hosts.ssh import SSHExecutor

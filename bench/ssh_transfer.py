@@ -8,8 +8,8 @@ on both ends). In the same run, OpenSSH's own client doing the same ``cat`` is t
 reference for what the link gives, and fabric's ``run(..., in_stream=file)`` (the obvious
 way that is not used) is timed on a small file. Every copy is verified by sha256.
 
-    python bench/ssh_transfer.py               # 50 MB, 5 rounds
-    python bench/ssh_transfer.py --mb 200 --rounds 3
+    python -m bench.ssh_transfer               # 50 MB, 5 rounds
+    python -m bench.ssh_transfer --mb 200 --rounds 3
 
 Prints one table: median and best MiB/s per way and direction.
 """
@@ -21,13 +21,10 @@ import hashlib
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.hosts.ssh import SSHExecutor
 from tests.sshd import SSHServer

@@ -5,10 +5,10 @@ real path (parse, three-way merge, one event, the projection row, the agent view
 on a store already holding 1,000,000 events. Compares it in the same run with opencode's
 own approach: delete the session's rows and re-insert all 30 with raw sqlite3, no history.
 
-    python bench/todowrite.py                 # 1M events, 2000 writes each
-    python bench/todowrite.py --events 100000 --writes 500
-    python bench/todowrite.py --pg            # the same on a throwaway local PostgreSQL
-    python bench/todowrite.py --db postgresql://user@host/db   # on a server you have
+    python -m bench.todowrite                 # 1M events, 2000 writes each
+    python -m bench.todowrite --events 100000 --writes 500
+    python -m bench.todowrite --pg            # the same on a throwaway local PostgreSQL
+    python -m bench.todowrite --db postgresql://user@host/db   # on a server you have
 
 Prints one table: median and p90 per write, and the ratio to the baseline.
 """
@@ -24,10 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dbarg import add_db_args, bench_db
-
+from bench.dbarg import add_db_args, bench_db
 from harness import formats
 from harness.agents.todolist import todowrite
 from state.store import Store

@@ -9,8 +9,8 @@ Runs the real app headless (Textual's ``run_test``) on real SQLite stores:
   changes. The baseline, in the same run, is a bare ``PRAGMA data_version`` poll at the
   same interval with no UI: the least any poller of that interval can do.
 
-    python bench/tui.py                   # 10 vs 10,000 todos, 5 paints, 20 writes
-    python bench/tui.py --todos 50000 --paints 3 --writes 10
+    python -m bench.tui                   # 10 vs 10,000 todos, 5 paints, 20 writes
+    python -m bench.tui --todos 50000 --paints 3 --writes 10
 
 Prints one table.
 """
@@ -29,19 +29,19 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from state.store import Store
+from tui.app import POLL_INTERVAL, HarnessApp
+from tui.widgets.board import Board
 
-from state.store import Store  # noqa: E402
-from tui.app import POLL_INTERVAL, HarnessApp  # noqa: E402
-from tui.widgets.board import Board  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SIZE = (140, 40)
 STATUSES = ("pending", "completed", "in_progress", "blocked", "cancelled")
 
+# Started with cwd=ROOT: `python -c` puts its working directory first on sys.path, so the
+# writer commits with this tree's `state`, as the app reads with it.
 WRITER = """
 import sys, time
-sys.path.insert(0, sys.argv[2])
 from state.store import Store
 store = Store.open(sys.argv[1])
 sid = store.session_by_name("bench").id
@@ -93,7 +93,7 @@ async def write_to_screen(path: Path, writes: int) -> list[float]:
     todos = {t.num: t for t in store.todos(sid)}
     targets = [n for n, t in sorted(todos.items()) if t.status == "pending"][:writes]
     app = HarnessApp(store, sid)
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(ROOT)],
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], cwd=ROOT,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     out: list[float] = []
     try:
@@ -122,7 +122,7 @@ def bare_poll(path: Path, writes: int) -> list[float]:
     store = Store.open(str(path))
     sid = store.session_by_name("bench").id
     targets = [t.num for t in store.todos(sid) if t.status == "pending"][:writes]
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(ROOT)],
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], cwd=ROOT,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     seen: list[float] = []
     stop = threading.Event()

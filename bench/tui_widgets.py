@@ -1,8 +1,8 @@
 """Why the board is a Line API widget: first paint of 10 vs 10,000 rows in Textual's
 DataTable, OptionList, and our Board, each alone in an app, headless.
 
-    python bench/tui_widgets.py              # 10 vs 10,000 rows, median of 3
-    python bench/tui_widgets.py --rows 50000 --repeat 5
+    python -m bench.tui_widgets              # 10 vs 10,000 rows, median of 3
+    python -m bench.tui_widgets --rows 50000 --repeat 5
 
 Prints one table: the median time from creating the app to the first frame with the rows
 on it, and the ratio of the big list to the small one (the TUI's target is 2x).
@@ -13,11 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rich.text import Text
 from textual.app import App, ComposeResult

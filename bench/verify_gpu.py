@@ -15,8 +15,8 @@ Two parts, one table:
    prompt: one plain decoding step, one verify step of k+1 tokens, one draft step, and the
    speedup they project at the tiny pair's measured tau and at vLLM's reference 2.8.
 
-    python bench/verify_gpu.py --tiny-dir DIR [--out DIR] [--device cuda] [--samples 64]
-    python bench/verify_gpu.py --tiny-dir DIR --device cpu --small   # smoke test on the CPU
+    python -m bench.verify_gpu --tiny-dir DIR [--out DIR] [--device cuda] [--samples 64]
+    python -m bench.verify_gpu --tiny-dir DIR --device cpu --small   # smoke test on the CPU
 
 ``DIR`` holds ``verifier/``, ``drafter/``, ``previous/``, ``prompts.jsonl``,
 ``samples.jsonl`` (the tiny run's ``data/generated/samples.jsonl``, to exclude).
@@ -33,7 +33,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
                 num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,

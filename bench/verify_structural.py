@@ -19,7 +19,7 @@ Each step runs in a fresh interpreter that reports its wall time and peak RSS:
   (mismatched rows are searched for among all 128256 verifier rows);
 - ``sha256``: the digest recorded with the verification.
 
-    python bench/verify_structural.py [--dir /tmp/verify-bench] [--fresh]
+    python -m bench.verify_structural [--dir /tmp/verify-bench] [--fresh]
 
 Prints one table. The page cache is warm for every step (the files were just written or
 read), so the figures compare work, not disk.
@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 H, HEADS, KV, HD, INTER = 4096, 32, 8, 128, 14336
 VOCAB, DRAFT, LAYERS = 128256, 32000, 32
@@ -99,10 +98,11 @@ def build(root: Path) -> tuple[Path, Path, Path, bool]:
     return verifier, drafter, stale, True
 
 
+# Started with cwd=ROOT: `python -c` puts its working directory first on sys.path, so each
+# step measures this tree's `pipeline`.
 CHILD = r"""
 import json, sys, threading, time
-sys.path.insert(0, sys.argv[1])
-step, drafter, verifier = sys.argv[2], sys.argv[3], sys.argv[4]
+step, drafter, verifier = sys.argv[1], sys.argv[2], sys.argv[3]
 from pathlib import Path
 import torch  # imported before the clock and the baseline memory, in every step
 torch.set_num_threads(2)
@@ -159,8 +159,8 @@ print(json.dumps({"seconds": dt, "hwm_mb": end["VmHWM"], "base_mb": base["VmHWM"
 
 
 def measure(step: str, drafter: Path, verifier: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), step, str(drafter),
-                          str(verifier)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", CHILD, step, str(drafter), str(verifier)],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -1,6 +1,8 @@
 """``vllm bench serve``, run several times from one process, for bench/served_reference.py.
 
-Runs in vLLM's own interpreter and imports nothing of this project. Each line on stdin is
+Runs in vLLM's own interpreter and imports nothing of this project: it is started by
+path (not as ``bench.vllm_bench_driver``), where neither the project nor the repository
+is on sys.path (tests/test_bench_imports.py holds it to that). Each line on stdin is
 a JSON list of ``vllm bench serve`` arguments; each is parsed by the parser vLLM's CLI
 builds for that subcommand (``vllm.benchmarks.serve.add_cli_args`` on vLLM's
 ``FlexibleArgumentParser``) and run by the function the subcommand runs

@@ -8,9 +8,9 @@ process's commit (once the writer says it has committed) to the poller seeing it
 flat out: a poll that sees it at once costs one poll. The baseline is a `SELECT 1` round
 trip on a kept connection, in the same run.
 
-    python bench/watch.py                 # SQLite
-    python bench/watch.py --pg            # a throwaway local PostgreSQL
-    python bench/watch.py --events 1000000 --pg
+    python -m bench.watch                 # SQLite
+    python -m bench.watch --pg            # a throwaway local PostgreSQL
+    python -m bench.watch --events 1000000 --pg
 
 Prints one table.
 """
@@ -23,9 +23,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from dbarg import add_db_args, bench_db
-from todowrite import fill
-
+from bench.dbarg import add_db_args, bench_db
+from bench.todowrite import fill
 from harness import todos
 from state.store import Store
 

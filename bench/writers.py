@@ -6,9 +6,9 @@ throughput and per-write latency for 1, 2, 4 and 8 writers; the baseline is one 
 measured in the same run. At the end the session's event numbers must be gap-free. A last row runs one writer with the lock statement replaced by
 a no-op (unsafe with more than one writer), which prices the lock itself.
 
-    python bench/writers.py                      # SQLite file in a temp dir
-    python bench/writers.py --pg                 # a throwaway local PostgreSQL
-    python bench/writers.py --writes 500 --writers 1,2,4
+    python -m bench.writers                      # SQLite file in a temp dir
+    python -m bench.writers --pg                 # a throwaway local PostgreSQL
+    python -m bench.writers --writes 500 --writers 1,2,4
 
 Prints one table.
 """
@@ -20,8 +20,7 @@ import multiprocessing as mp
 import statistics
 import time
 
-from dbarg import add_db_args, bench_db
-
+from bench.dbarg import add_db_args, bench_db
 from harness import todos
 from state import connection as connection_mod
 from state.store import Store

@@ -19,12 +19,12 @@ from tests.serve import vllm_bench
 from tests.serve.helpers import CHAT_PROMPTS
 from tests.serve.test_benchmark import COMPLETION_PROMPTS, sent, tiny_tokenizer
 
-SCRIPT = ROOT / "bench" / "served_reference.py"
-
 
 def reference(tmp_path: Path, *args: str, pythonpath: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args, "--out", str(tmp_path / "out"),
-                           "--vllm-python", sys.executable, "--vllm-pythonpath", pythonpath],
+    # as the docs run it: a module, from the repository root (which puts bench on sys.path)
+    return subprocess.run([sys.executable, "-m", "bench.served_reference", *args,
+                           "--out", str(tmp_path / "out"), "--vllm-python", sys.executable,
+                           "--vllm-pythonpath", pythonpath],
                           capture_output=True, text=True, timeout=600, cwd=ROOT,
                           env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
                                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
