@@ -36,7 +36,7 @@ RESULT_SCHEMA = 1
 # Built-in action name -> module run with ``python -m``. Kept as data so the runner can
 # validate a spec without importing torch.
 BUILTIN_ACTIONS: dict[str, str] = {
-    "eagle3.verifier": "pipeline.eagle3.verifier",
+    "eagle3.verifier": "pipeline.eagle3.build_verifier",
     "eagle3.generate": "pipeline.eagle3.generate",
     "eagle3.clean": "pipeline.eagle3.clean",
     "eagle3.tokenize": "pipeline.eagle3.tokenize",

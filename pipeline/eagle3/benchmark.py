@@ -59,11 +59,11 @@ import sys
 from pathlib import Path
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
-from pipeline.eagle3.bench_prompts import load_prompts, request_bodies
-from pipeline.eagle3.bench_report import fmt
-from pipeline.eagle3.bench_results import Server, conclude, read_sweep
-from pipeline.eagle3.bench_trials import BASELINE, DEFAULT_TOLERANCE
-from pipeline.eagle3.load_levels import Interrupted, Level, run_level
+from pipeline.eagle3.serving.load_levels import Interrupted, Level, run_level
+from pipeline.eagle3.serving.prompts import load_prompts, request_bodies
+from pipeline.eagle3.serving.report import fmt
+from pipeline.eagle3.serving.results import Server, conclude, read_sweep
+from pipeline.eagle3.serving.trials import BASELINE, DEFAULT_TOLERANCE
 from pipeline.errors import ActionError
 from pipeline.served_gates import BENCH_LEVELS
 from pipeline.vllm.metrics import SpecSnapshot, spec_delta, spec_snapshot

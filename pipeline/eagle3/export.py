@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
-from pipeline.eagle3.drafter_files import EAGLE_ARCH, SPECULATORS_ARCHS
+from pipeline.eagle3.model.drafter_files import EAGLE_ARCH, SPECULATORS_ARCHS
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.export"
@@ -173,8 +173,8 @@ def run(args: argparse.Namespace) -> StageResult:
     import torch
     from safetensors.torch import save_file
 
-    from pipeline.eagle3.datafiles import mapping_problem
-    from pipeline.eagle3.drafter import load_drafter
+    from pipeline.eagle3.model.drafter import load_drafter
+    from pipeline.eagle3.text.datafiles import mapping_problem
 
     result = StageResult(action=ACTION)
     ckpt = resolve_checkpoint(Path(args.checkpoint))

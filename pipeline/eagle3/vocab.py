@@ -23,7 +23,7 @@ from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
 from pipeline.eagle3.common import verifier_config
-from pipeline.eagle3.datafiles import mapping_problem, read_freqs, write_vocab
+from pipeline.eagle3.text.datafiles import mapping_problem, read_freqs, write_vocab
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.vocab"
