@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """hidden_states --backend hf against --backend vllm: the same states, and tokens/s, in one run.
 
-For each verifier, built by the ``eagle3.verifier`` stage (weights barely trained: equality
+For each verifier, built by the ``eagle3.build_verifier`` stage (weights barely trained: equality
 does not depend on them):
 
 - ``h200``: the H200 example's verifier (examples/eagle3-h200.yaml: 18-layer Llama, hidden

@@ -1,4 +1,4 @@
-"""Action ``eagle3.verifier``: build a tiny reasoning verifier without any download.
+"""Action ``eagle3.build_verifier``: build a tiny reasoning verifier without any download.
 
 For examples and tests only. It trains a byte-level BPE tokenizer on the standard library's
 source, with chat tokens (``<|im_start|>``, ``<|im_end|>``) and ``<think>``/``</think>``, and a
@@ -29,7 +29,7 @@ from pipeline.eagle3.text import synthetic
 from pipeline.eagle3.text.chat import THINK_CLOSE, THINK_OPEN, think_problem
 from pipeline.errors import ActionError
 
-ACTION = "eagle3.verifier"
+ACTION = "eagle3.build_verifier"
 ARCHS = ("llama", "qwen3", "deepseek_v3")
 
 IM_START, IM_END, EOT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"

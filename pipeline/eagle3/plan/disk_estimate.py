@@ -9,7 +9,7 @@ from what can be known before running:
   bound from the stages before it: ``generate``'s ``samples`` times ``tokenize``'s
   ``max_length``;
 - hidden size: the verifier's ``config.json`` when it exists, else the ``hidden_size`` of
-  the ``eagle3.verifier`` stage that builds it;
+  the ``eagle3.build_verifier`` stage that builds it;
 - bytes: ``save_dtype`` (``auto``: fp32 for a CPU stage, else bf16).
 
 Standard library only: ``harness check`` runs where torch may not be installed.
@@ -162,7 +162,7 @@ def _hidden(verifier: Any, by_out: dict[str, Any], local: Path | None
         except (OSError, ValueError):
             pass
     st = by_out.get(verifier.rstrip("/"))
-    if st is not None and st.action == "eagle3.verifier":
+    if st is not None and st.action == "eagle3.build_verifier":
         return int(st.params.get("hidden_size") or VERIFIER_HIDDEN), \
             f"hidden size of stage {st.name}"
     return None, "the verifier's hidden size is not known before it exists"
