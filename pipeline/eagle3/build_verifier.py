@@ -4,7 +4,7 @@ For examples and tests only. It trains a byte-level BPE tokenizer on the standar
 source, with chat tokens (``<|im_start|>``, ``<|im_end|>``) and ``<think>``/``</think>``, and a
 chat template that renders an assistant turn's ``reasoning_content`` as ``<think>`` ...
 ``</think>`` before its content. It then trains a small ``LlamaForCausalLM`` on synthetic
-chats (:mod:`.synthetic`) in which the assistant reasons in a think block and then answers,
+chats (:mod:`pipeline.eagle3.text.synthetic`) in which the assistant reasons in a think block and then answers,
 and saves a normal Hugging Face directory. ``--arch`` picks the architecture: ``llama``
 (default), ``qwen3`` (q/k norms, an explicit head dim), or ``deepseek_v3``, the seed
 campaign's (Kimi-K2's): MLA attention with LoRA-ranked q and kv, a first dense layer, then

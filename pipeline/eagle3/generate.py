@@ -1,6 +1,6 @@
 """Action ``eagle3.generate``: answer prompts with the verifier; keep its reasoning.
 
-Input: prompts JSONL in a documented shape (:mod:`.chat`). Output: ``OUT/samples.jsonl``, one
+Input: prompts JSONL in a documented shape (:mod:`pipeline.eagle3.text.chat`). Output: ``OUT/samples.jsonl``, one
 sample a line::
 
     {"id": "q00001", "messages": [..prompt.., {"role": "assistant", "content": "<think>..</think>.."}],
@@ -18,7 +18,7 @@ of samples whose reasoning was kept must reach ``--min-reasoning-capture`` (defa
 
 The local backend places a verifier bigger than one device with ``--device-map``/
 ``--max-memory`` or ``--tp-plan auto`` under torchrun (rank 0 writes), printing the memory
-plan (weights, activations and the KV cache at ``--batch-size``) first (:mod:`.placement`).
+plan (weights, activations and the KV cache at ``--batch-size``) first (:mod:`pipeline.eagle3.hardware.placement`).
 """
 
 from __future__ import annotations

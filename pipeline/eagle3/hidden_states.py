@@ -1,7 +1,7 @@
 """Action ``eagle3.hidden_states``: run the verifier, save the aux layers and the last layer.
 
 Input: tokenize's ``tokens.safetensors`` and the verifier. Output: ``OUT/shard-*.safetensors``
-and ``OUT/index.json`` (:mod:`.shards` describes the format).
+and ``OUT/index.json`` (:mod:`pipeline.eagle3.states.shards` describes the format).
 
 Aux layers default to vLLM's ``[2, N//2, N-3]`` for an ``N``-layer verifier. Id ``k`` is the
 *input* of decoder layer ``k`` (Hugging Face ``output_hidden_states[k]``); SGLang/SpecForge
@@ -19,12 +19,12 @@ bandwidth and the time the forward waited for the writer, and says when the disk
 bottleneck (then ``train --online`` writes nothing at all).
 
 A verifier bigger than one device: ``--device-map``/``--max-memory`` (accelerate's
-placement) or ``--tp-plan auto`` under torchrun (rank 0 writes), see :mod:`.placement`. The
+placement) or ``--tp-plan auto`` under torchrun (rank 0 writes), see :mod:`pipeline.eagle3.hardware.placement`. The
 memory plan is printed before loading.
 
 ``--backend vllm`` runs the verifier inside vLLM instead (its ``extract_hidden_states``
 method: the checkpoint as shipped, FP8/INT4 too, ``--tensor-parallel-size``) and writes the
-same shards through the same writer; :mod:`.hidden_states_vllm` holds it and is the only
+same shards through the same writer; :mod:`pipeline.eagle3.states.vllm_backend` holds it and is the only
 module that imports vLLM, when that backend runs.
 
 Resumable: shard boundaries are fixed by the tokens file and ``--shard-tokens``; existing
@@ -266,7 +266,7 @@ def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], tod
 
     Per batch, on the GPU: body forward with the capture hooks, gather the real tokens with a
     precomputed index (no host sync), cast, and copy into a pinned buffer on a side stream.
-    On the writer's side (:class:`.shard_writer.WritePipeline`): wait for that copy, write
+    On the writer's side (:class:`pipeline.eagle3.states.shard_writer.WritePipeline`): wait for that copy, write
     the rows into the shard file, give the buffer back. ``device`` is where the inputs go
     and the states gather (the embedding's device under a device map). ``writes`` False
     (tensor-parallel ranks other than 0) runs the forwards only.

@@ -2,7 +2,7 @@
 
 Input: clean's ``samples.jsonl`` and the verifier directory (its tokenizer and chat template).
 Output in ``OUT``: ``tokens.safetensors`` + ``index.jsonl`` and ``freqs.safetensors``
-(:mod:`.datafiles` describes them).
+(:mod:`pipeline.eagle3.text.datafiles` describes them).
 
 Modes:
 

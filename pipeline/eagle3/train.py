@@ -2,18 +2,18 @@
 
 Input: hidden-state shards, the vocab mapping and the verifier (embeddings, lm_head, shape).
 Output in ``OUT``: ``checkpoints/epoch-NNN/`` (``model.safetensors`` + ``drafter_config.json``,
-loadable with :func:`.drafter.load_drafter`, and ``trainer.pt`` with optimizer, schedule and
+loadable with :func:`pipeline.eagle3.model.drafter.load_drafter`, and ``trainer.pt`` with optimizer, schedule and
 history) after every epoch, and ``state.json`` naming the latest. Export turns a checkpoint
 into what vLLM loads.
 
 The drafter (docs/eagle3.md, "train"): ``fc`` 3Ht -> H, one decoder layer with 2H attention input,
 norm, ``lm_head`` over the draft vocab from the verifier's rows (frozen), the verifier's
 embeddings (frozen). Loss: ``--ttt-steps`` unrolled steps against the verifier's distribution
-restricted to the draft vocab (:mod:`.ttt`). AdamW (fused on GPU) with linear warmup and
+restricted to the draft vocab (:mod:`pipeline.eagle3.training.ttt`). AdamW (fused on GPU) with linear warmup and
 cosine decay, gradient clipping, bf16 autocast on GPU.
 
 ``--method peagle`` trains a P-EAGLE drafter for vLLM's parallel drafting
-(:mod:`.peagle`): the same network plus a learned ``mask_hidden``; position 1 reads the
+(:mod:`pipeline.eagle3.model.peagle`): the same network plus a learned ``mask_hidden``; position 1 reads the
 verifier's states, positions 2..k the mask token (``--mask-token-id``, else chosen from
 the data and recorded) and ``fc(mask_hidden)``, all ``k`` depths of every position in one
 forward with the attention vLLM's single drafting forward has. Each depth weighs the same
@@ -29,9 +29,9 @@ Multi-GPU: run under ``torchrun --nproc-per-node N -m pipeline.eagle3.train ...`
 each rank takes every N-th batch; rank 0 writes).
 
 Online (``--online --tokens DIR`` in place of ``--hidden-states``): the frozen verifier runs
-in this process, batch by batch, and no shard is written (:mod:`.online`); same batches,
+in this process, batch by batch, and no shard is written (:mod:`pipeline.eagle3.training.online`); same batches,
 resume and held-out evaluation as offline. ``--device-map``/``--max-memory`` spread that
-verifier over devices (:mod:`.placement`); ``--device`` is the drafter's.
+verifier over devices (:mod:`pipeline.eagle3.hardware.placement`); ``--device`` is the drafter's.
 
 Checks: every epoch finished; held-out position-1 accuracy reaches ``--min-acc1``.
 """

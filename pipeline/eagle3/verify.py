@@ -3,12 +3,12 @@
 Three layers of named checks, each with the measured value, the expected value and a line
 saying what to do:
 
-1. structural (:mod:`.checks_structural`): config, keys, shapes, dtypes, NaN/Inf, the
+1. structural (:mod:`pipeline.eagle3.checks.structural`): config, keys, shapes, dtypes, NaN/Inf, the
    ``d2t``/``t2d`` invariants and lm_head rows against the verifier's; seconds, no GPU,
    weights streamed one tensor at a time;
-2. compatibility (:mod:`.checks_compat`): the host's vLLM asked whether it serves this pair
+2. compatibility (:mod:`pipeline.eagle3.checks.compat`): the host's vLLM asked whether it serves this pair
    (the table of known rules when vLLM is absent, said as such);
-3. functional (:mod:`.checks_functional`, with ``--functional``, the default): on held-out
+3. functional (:mod:`pipeline.eagle3.checks.functional`, with ``--functional``, the default): on held-out
    prompts, teacher-forced per-position acceptance, a free-running greedy chain
    speculative decoding loop that must reproduce plain greedy decoding token for token,
    vLLM's acceptance metrics, the measured cost of draft and verify steps and the

@@ -14,7 +14,7 @@ Checks: ``vllm_source`` (which vLLM answered, or that the table did: a failure o
 ``vllm_eagle3_drafter``, ``vllm_norm_flags`` (a drafter trained with
 ``norm_before_residual`` needs a vLLM whose EAGLE-3 Llama model reads that flag; a build
 that ignores it runs another network than the one trained, with no error) and
-``vllm_weights`` (:mod:`.checks_vllm_weights`).
+``vllm_weights`` (:mod:`pipeline.eagle3.checks.vllm_weights`).
 """
 
 from __future__ import annotations

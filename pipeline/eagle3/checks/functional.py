@@ -9,7 +9,7 @@ with the same config and vocab mapping, and a previous checkpoint when given):
   rows where draft step ``k`` (given the earlier drafts were right) proposes the verifier's
   greedy token; ``tau ~= 1 + sum_k prod_{i<=k} acc_i``. With the verifier's hidden states
   at the checkpoint's aux ids and at ids shifted by one either way (the layer-id probe);
-- **free-running** greedy chain speculative decoding (:mod:`.specdecode`): vLLM's
+- **free-running** greedy chain speculative decoding (:mod:`pipeline.eagle3.model.specdecode`): vLLM's
   acceptance metrics, the cost of a draft and a verify step, and the output, which must
   equal the reference token for token (``lossless``);
 - **projected speedup**: ``tau * t_plain / (t_verify + t_draft_per_round)`` from those
@@ -19,7 +19,7 @@ with the same config and vocab mapping, and a previous checkpoint when given):
   slower than an engine's and every ratio is inflated (on the H200, 2.17x here against
   1.42x served by vLLM at batch 1). They are upper bounds, shown but never gated on.
 
-The drafter is loaded as vLLM would serve it (:mod:`.served_drafter`), so the numbers show
+The drafter is loaded as vLLM would serve it (:mod:`pipeline.eagle3.checks.served_drafter`), so the numbers show
 what serving would see.
 """
 

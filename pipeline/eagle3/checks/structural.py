@@ -14,7 +14,7 @@ faults seen before:
   and the verifier imply, in a float dtype, finite (``keys``, ``shapes``, ``dtype``,
   ``finite``);
 - the vocabulary mapping and the lm_head rows it selects (``d2t``, ``d2t_offsets``,
-  ``t2d``, ``vocab_invariant``, ``lm_head_rows``: :mod:`.checks_vocab`).
+  ``t2d``, ``vocab_invariant``, ``lm_head_rows``: :mod:`pipeline.eagle3.checks.vocab`).
 
 Weights are read one tensor (or one block of rows) at a time; nothing holds the whole
 checkpoint. A check whose input is missing is skipped (named in ``skipped``) rather than

@@ -1,6 +1,6 @@
 """What the structural checks found: :class:`StructuralReport`.
 
-Its own module because both :mod:`.checks_structural` and :mod:`.checks_vocab` add to it.
+Its own module because both :mod:`pipeline.eagle3.checks.structural` and :mod:`pipeline.eagle3.checks.vocab` add to it.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Before anything is loaded, :func:`memory_plan` says what each device will hold: 
 by dtype (exact, counted on the meta-device model), the activations of one forward at the
 stage's batch and the KV cache (estimates, formulas in docs/eagle3.md), against the memory
 the device has free. :func:`load_placed` prints it, refuses a plan that does not fit with
-one ActionError naming the numbers, then loads the verifier as :mod:`.placement` says.
+one ActionError naming the numbers, then loads the verifier as :mod:`pipeline.eagle3.hardware.placement` says.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every stage that runs the verifier (``generate --backend local``, ``hidden_states``,
 ``train --online``, ``verify``'s functional checks) takes these flags
 (:func:`add_placement_args`, :func:`placement_from_args`) and loads the verifier through
-:func:`.memory_plan.load_placed`:
+:func:`pipeline.eagle3.hardware.memory_plan.load_placed`:
 
 - no placement flags: the whole model on ``--device`` (as before);
 - ``--device-map auto|balanced|balanced_low_0|sequential`` or a JSON map of module to device,
@@ -16,7 +16,7 @@ Every stage that runs the verifier (``generate --backend local``, ``hidden_state
   architecture's ``base_model_tp_plan``), every rank holding its shard.
 
 This module turns the flags into a :class:`Placement` and, for a device map, asks
-accelerate for the map (:func:`resolve_device_map`); :mod:`.memory_plan` prints what each
+accelerate for the map (:func:`resolve_device_map`); :mod:`pipeline.eagle3.hardware.memory_plan` prints what each
 device will hold before loading and refuses a plan that does not fit. accelerate is
 imported only when a device map or ``--max-memory`` is asked for.
 """

@@ -13,7 +13,7 @@
   stay bf16 (the ``ignore`` list says so).
 
 :func:`quantize_state` and :func:`dequantize_state` are the format in pure torch: the builder
-(:mod:`.quantize_checkpoint`) writes checkpoints with them, and the tests compare what
+(:mod:`pipeline.eagle3.hardware.quantize_checkpoint`) writes checkpoints with them, and the tests compare what
 transformers loads against them. :func:`stored_weight_bytes` counts what a parameter of a
 given shape takes on disk in a format, which the memory plan and ``harness check`` use; it
 is standard library only.

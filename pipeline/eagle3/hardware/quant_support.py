@@ -1,7 +1,7 @@
 """What transformers holds of a quantized verifier on a device, or why it cannot run it.
 
 Measured with transformers 5.24 and compressed-tensors 0.20 on the tiny checkpoints of
-:mod:`.quantize_checkpoint` (tests/eagle3/test_quantized_verifier.py):
+:mod:`pipeline.eagle3.hardware.quantize_checkpoint` (tests/eagle3/test_quantized_verifier.py):
 
 - FP8 block-scaled on the CPU, or on a GPU below compute capability 8.9: transformers
   dequantizes every weight to bf16 at load (it warns and goes on), so the CPU holds bf16;

@@ -4,7 +4,7 @@
 [--twin DIR] [--int4-targets experts|all]``
 
 Tests and benchmarks cannot download DeepSeek-V3, Kimi-K2 or Kimi-K2.5, so this makes their
-formats (:mod:`.quant_formats`) from any small verifier (``eagle3.build_verifier``'s, random or
+formats (:mod:`pipeline.eagle3.hardware.quant_formats`) from any small verifier (``eagle3.build_verifier``'s, random or
 trained): the weights in the format with the ``quantization_config`` those models ship, the
 tokenizer and generation config copied. ``--twin`` writes the same model in bf16 whose every
 weight is the exact dequantization of what the quantized checkpoint stores, so that any

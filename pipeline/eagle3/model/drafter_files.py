@@ -1,8 +1,8 @@
 """A drafter as stored: its config (:class:`DrafterConfig`), the exported directories vLLM
 loads read back into it (:func:`read_exported`), and safetensors loading with our errors.
 
-Below both :mod:`.drafter` (the model, which loads either kind of directory) and
-:mod:`.export` (which writes the exported format and proves the round trip).
+Below both :mod:`pipeline.eagle3.model.drafter` (the model, which loads either kind of directory) and
+:mod:`pipeline.eagle3.export` (which writes the exported format and proves the round trip).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class DrafterConfig:
     target_architectures: list[str] = field(default_factory=lambda: ["LlamaForCausalLM"])
     target_model_type: str = "llama"
     #: ``eagle3`` (sequential drafting) or ``peagle`` (parallel drafting: draft positions
-    #: 2..k read the mask token and the learned ``mask_hidden``, :mod:`.peagle`)
+    #: 2..k read the mask token and the learned ``mask_hidden``, :mod:`pipeline.eagle3.model.peagle`)
     method: str = "eagle3"
     mask_token_id: int | None = None
     mask_token_choice: str = ""   # why that token (recorded by train)

@@ -21,9 +21,9 @@ feeds the drafter in that forward (``v1/spec_decode/llm_base_proposer.py``,
 - causal attention over all of them, so mask row ``m`` sees every verified row and the
   mask rows before it; the logits go through ``d2t`` as in EAGLE-3.
 
-Training (:meth:`.drafter.Eagle3Drafter.ttt_forward` with ``config.parallel``) builds
+Training (:meth:`pipeline.eagle3.model.drafter.Eagle3Drafter.ttt_forward` with ``config.parallel``) builds
 exactly those rows for every position of a sequence at once; verification's reference
-loop (:func:`.specdecode.speculative_decode`) drafts a round in one forward the same way.
+loop (:func:`pipeline.eagle3.model.specdecode.speculative_decode`) drafts a round in one forward the same way.
 
 The mask token is embedded with the verifier's embeddings (frozen in training, and shared
 from the target by vLLM, since the export carries none): :func:`choose_mask_token` takes

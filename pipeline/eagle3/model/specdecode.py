@@ -9,7 +9,7 @@ One prompt at a time (batch 1), exactly as a serving engine runs one sequence:
    last row predicts the first draft token. Each further draft step reads the previous
    draft token and the previous step's pre-norm output, one position on. ``k`` drafts.
    A P-EAGLE drafter (``config.parallel``) drafts them in the same forward as the new
-   rows instead, as vLLM's parallel drafting does (:mod:`.peagle`): ``k - 1`` rows after
+   rows instead, as vLLM's parallel drafting does (:mod:`pipeline.eagle3.model.peagle`): ``k - 1`` rows after
    them read the mask token and ``fc(mask_hidden)`` at the next positions, row ``m``
    giving draft ``m + 1``; those rows leave the drafter's cache after the round.
 3. The verifier runs ``[x_p, d_1..d_k]`` in one forward. Draft ``d_j`` is accepted while it

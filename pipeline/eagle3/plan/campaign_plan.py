@@ -6,16 +6,16 @@ that runs the verifier (``hidden_states``, ``train --online``, ``verify``, ``gen
 --backend local``) and each backend:
 
 - **hf** (transformers, the verifier spread over the GPUs by a device map): the weights as
-  transformers holds them (:mod:`.quant_support`: FP8 as stored on a GPU of compute
+  transformers holds them (:mod:`pipeline.eagle3.hardware.quant_support`: FP8 as stored on a GPU of compute
   capability >= 8.9, INT4 decompressed to bf16), over the GPUs, plus one forward's
   activations and (generate, verify) transformers' KV cache, which for MLA is the
-  decompressed keys and values of every head (:func:`.memory_plan.kv_bytes_per_token_layer`);
+  decompressed keys and values of every head (:func:`pipeline.eagle3.hardware.memory_plan.kv_bytes_per_token_layer`);
 - **vllm** (tensor parallel over the GPUs): the weights as stored, over the GPUs, plus the
   activations; vLLM gives the rest (``gpu_memory_utilization`` 0.9) to its KV cache, which
   for MLA keeps the compressed latent only. Only ``hidden_states`` (``--backend vllm``) and
   ``generate`` (``--backend openai`` against ``eagle3.serve``) have a vLLM backend.
 
-Then the shard disk of offline training (:mod:`.disk_estimate`) and the hours at the
+Then the shard disk of offline training (:mod:`pipeline.eagle3.plan.disk_estimate`) and the hours at the
 measured rate below. Standard library only.
 """
 

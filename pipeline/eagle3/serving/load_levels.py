@@ -6,7 +6,7 @@ set, and records each one's timing into its :class:`Level`; :meth:`Level.summary
 throughput and TTFT/TPOT/ITL/latency percentiles. A level measures something only when it
 lasts: it sends at least ``level.requests`` requests and keeps sending until
 ``min_seconds`` have passed, then finishes the pass over the prompt set it is in, so every
-server at a level answers each prompt equally often. :mod:`.benchmark` runs a level per
+server at a level answers each prompt equally often. :mod:`pipeline.eagle3.benchmark` runs a level per
 server, concurrency and trial. Standard library only.
 """
 

@@ -6,7 +6,7 @@ verifier accepts a drafted token only where it is the verifier's own greedy choi
 every answer must equal plain greedy decoding's, token for token. A difference means the
 engine feeds the drafter or the verifier differently (or a batch's kernels round
 differently, which is why each concurrency is reported on its own). The tables are
-:mod:`.bench_tables`'. Standard library only.
+:mod:`pipeline.eagle3.serving.tables`'. Standard library only.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 per trial, its spread, and whether a level is stable enough to decide on.
 
 A trial runs every concurrency once on every server, the baseline and each candidate back
-to back at each level (:mod:`.benchmark`). The speedup of a trial is the candidate's output
+to back at each level (:mod:`pipeline.eagle3.benchmark`). The speedup of a trial is the candidate's output
 tokens/s over the baseline's *of the same trial*, so slow drift of the host between trials
 does not enter a ratio. Per level and figure the trials give a :class:`Spread`: the median
 and the smallest and largest trial.

@@ -1,5 +1,5 @@
-"""What both hidden-state backends (:mod:`.hidden_states`, hf, and
-:mod:`.hidden_states_vllm`) share: samples batched by length, a shard's writer with the
+"""What both hidden-state backends (:mod:`pipeline.eagle3.hidden_states`, hf, and
+:mod:`pipeline.eagle3.states.vllm_backend`) share: samples batched by length, a shard's writer with the
 small tensors beside the states, the write report that says whether the disk was the
 bottleneck, and the rates each shard adds to the stage's charts.
 

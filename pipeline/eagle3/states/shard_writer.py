@@ -1,6 +1,6 @@
 """Writing hidden-state shards while the verifier keeps running.
 
-:class:`StreamingShard` is one shard file (the format is in :mod:`.shards`) written in place:
+:class:`StreamingShard` is one shard file (the format is in :mod:`pipeline.eagle3.states.shards`) written in place:
 header and small tensors first, then ``aux`` and ``last`` rows as batches arrive, in pieces
 on a thread pool. Two ways to put the bytes in the file:
 

@@ -15,7 +15,7 @@ little); ``sample_index`` maps them back:
 - metadata: ``format``, ``config_hash``, ``aux_layers`` (JSON), ``hidden_size``,
   ``sample_start`` (first sample of the range), ``num_samples``.
 
-:class:`.shard_writer.StreamingShard` writes the large tensors batch by batch straight from
+:class:`pipeline.eagle3.states.shard_writer.StreamingShard` writes the large tensors batch by batch straight from
 (pinned) host memory into their place in the file, so extraction makes no extra host copies.
 
 ``OUT/index.json`` lists the shards, the aux layers and the verifier's shape; it is rewritten

@@ -7,9 +7,9 @@ prefilled once (``max_tokens=1``), the engine stacks the chosen layers' states i
 cache-only KV layer and the connector writes them to one safetensors file per request
 (``hidden_states`` ``[T, n_ids, H]``, ``token_ids`` ``[T]``). vLLM itself is not changed.
 
-This module reads those files and writes the shards of :mod:`.shards` exactly as the ``hf``
+This module reads those files and writes the shards of :mod:`pipeline.eagle3.states.shards` exactly as the ``hf``
 backend does (the same order of samples, tensors, metadata and index), through the same
-writer (:mod:`.shard_writer`), so ``train`` cannot tell the two apart and the stage says
+writer (:mod:`pipeline.eagle3.states.shard_writer`), so ``train`` cannot tell the two apart and the stage says
 when the disk is the bottleneck in the same words.
 
 Layer ids (:func:`engine_layer_ids`, :func:`hf_states`): vLLM's aux id ``k`` for ``k < N``
@@ -51,7 +51,7 @@ _NORM_KEYS = ("model.norm.weight", "language_model.model.norm.weight",
 
 
 def engine_layer_ids(aux_layers: list[int], num_layers: int) -> list[int]:
-    """The ids vLLM is asked for: the aux ids (ascending, as :func:`.common.choose_aux_layers`
+    """The ids vLLM is asked for: the aux ids (ascending, as :func:`pipeline.eagle3.common.choose_aux_layers`
     leaves them) and ``num_layers``, the pre-norm final state ``last`` is made from."""
     if list(aux_layers) != sorted(set(aux_layers)) or not all(
             0 <= k < num_layers for k in aux_layers):
@@ -244,7 +244,7 @@ def extract_with_engine(engine: Engine, tokens: dict[str, Any], plan: list[tuple
                         args: Any, on_shard, device: Any) -> dict[str, Any]:
     """The ``todo`` shards of ``plan`` through ``engine``, written as the ``hf`` backend
     writes them: the same sample order in each shard (longest first, as
-    :func:`.extraction.plan_batches` orders them), the same tensors and metadata.
+    :func:`pipeline.eagle3.states.extraction.plan_batches` orders them), the same tensors and metadata.
 
     Per engine call: the prompts' states come back on the host, go to ``device`` for the id
     conversion and the final norm, and into a free buffer of the write pipeline, whose

@@ -2,16 +2,16 @@
 
 ``eagle3.train --online --tokens DIR --verifier DIR`` uses :class:`OnlineData` in place of
 the shards: the same samples (tokens-file order), the same held-out split and the same
-batches as offline training on shards of the same tokens (:class:`.train_data.SampleSplit`),
+batches as offline training on shards of the same tokens (:class:`pipeline.eagle3.training.train_data.SampleSplit`),
 so the first step's loss is the offline one. Per batch the verifier runs its body under
 ``no_grad`` with the extraction's capture hooks (:class:`..states.extraction.Capture`); the aux
-states and the final norm's output become a :class:`.train_data.Batch`, padding zeroed as
+states and the final norm's output become a :class:`pipeline.eagle3.training.train_data.Batch`, padding zeroed as
 the shards' padding is. Nothing is written.
 
 When to choose it: when the verifier and the drafter's training fit on the devices together
 (the verifier's weights and one forward's activations, plus the drafter, its optimizer state
 and its activations). Offline needs ``tokens x (3 + 1) x hidden x bytes`` of disk instead
-(:func:`.disk_estimate.offline_bytes`), and its extraction runs once for all epochs; online runs the
+(:func:`pipeline.eagle3.plan.disk_estimate.offline_bytes`), and its extraction runs once for all epochs; online runs the
 verifier every epoch.
 """
 

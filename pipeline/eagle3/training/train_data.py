@@ -39,7 +39,7 @@ class SampleSplit:
     """The held-out split and every epoch's batches, from the samples' lengths alone.
 
     Sample ``i`` is sample ``i`` of the tokens file, whether its states come from shards
-    (:class:`TrainData`) or from the verifier as training runs (:class:`.online.OnlineData`):
+    (:class:`TrainData`) or from the verifier as training runs (:class:`pipeline.eagle3.training.online.OnlineData`):
     the same seed gives both the same batches.
     """
 

@@ -1,6 +1,6 @@
 """What ``eagle3.train`` builds before its first step: the data source (shards, or the
 verifier online) and the drafter (fresh from the verifier and the vocab mapping, or a warm
-start), for either method (``eagle3``, or ``peagle`` with its mask token: :mod:`.peagle`).
+start), for either method (``eagle3``, or ``peagle`` with its mask token: :mod:`pipeline.eagle3.model.peagle`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def build_drafter(args: argparse.Namespace, vcfg: dict[str, Any], aux_layers: li
                   data: Any):
     """A fresh drafter from the verifier and vocab, or the warm-start one (guarded). A
     fresh P-EAGLE drafter's mask token is ``--mask-token-id`` or chosen from ``data``'s
-    token counts (:func:`.peagle.resolve_mask_token`)."""
+    token counts (:func:`pipeline.eagle3.model.peagle.resolve_mask_token`)."""
     from pipeline.eagle3.model.drafter import (
         DrafterConfig,
         Eagle3Drafter,
