@@ -1,7 +1,7 @@
 """Does a two-rank gloo DDP run exit cleanly? The train stage's teardown against the naive one.
 
 Each run launches ``torchrun --nproc-per-node 2`` on this file in worker mode: a small
-model wrapped by ``pipeline.eagle3.distributed.wrap_ddp`` takes a few steps, then the ranks tear
+model wrapped by ``pipeline.eagle3.hardware.distributed.wrap_ddp`` takes a few steps, then the ranks tear
 down in one of three ways: ``Dist.close`` after dropping the DDP wrapper (what the train
 stage does: the garbage is collected before the group is destroyed), or the baselines,
 ``destroy_process_group`` alone with the wrapper a local of the training function (what
@@ -34,7 +34,7 @@ def worker(variant: str) -> None:
     import torch
     import torch.distributed
 
-    from pipeline.eagle3.distributed import Dist, wrap_ddp
+    from pipeline.eagle3.hardware.distributed import Dist, wrap_ddp
 
     dist = Dist("cpu")
     torch.manual_seed(0)

@@ -107,7 +107,7 @@ def big_verifier(args, work: Path) -> tuple[Path, Path]:
     """A random verifier at the 8B shape and random tokens for it, built once in ``work``."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from pipeline.eagle3.datafiles import write_tokens
+    from pipeline.eagle3.text.datafiles import write_tokens
 
     verifier, tokens = work / "big-verifier", work / "big-tokens"
     cfg = TINY if args.tiny else LLAMA_8B

@@ -156,8 +156,8 @@ def section_pipeline(args, work: Path, peak: float | None, rows: list, record: d
 def drafter_mfu(train_dir: Path, tokens_dir: Path, metrics: dict, peak: float | None):
     """The drafter's training FLOPs per second over the matmul rate."""
     from bench.eagle3_gpu import train_flops_per_token
-    from pipeline.eagle3.datafiles import read_tokens
-    from pipeline.eagle3.drafter import DrafterConfig
+    from pipeline.eagle3.model.drafter import DrafterConfig
+    from pipeline.eagle3.text.datafiles import read_tokens
 
     if not peak or not metrics.get("train_tokens_per_s"):
         return None
@@ -174,7 +174,7 @@ def drafter_mfu(train_dir: Path, tokens_dir: Path, metrics: dict, peak: float | 
 def compare_shards(one: Path, two: Path) -> dict[str, Any]:
     """Two hidden_states outputs of the same tokens, state by state: the largest
     difference, the largest state, bit-identical or not, within bf16 tolerance or not."""
-    from pipeline.eagle3.shards import ShardReader, list_shards
+    from pipeline.eagle3.states.shards import ShardReader, list_shards
 
     worst, scale, identical, within = 0.0, 0.0, True, True
     _, sa = list_shards(one)

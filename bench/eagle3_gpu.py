@@ -126,7 +126,8 @@ def verifier_and_batches(tiny: bool, device, batch: int, seq: int, iters: int, s
 
 def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir: Path,
                   targets: list[Path], repeats: int = 3) -> list:
-    from pipeline.eagle3.hidden_states import Capture, extract
+    from pipeline.eagle3.hidden_states import extract
+    from pipeline.eagle3.states.extraction import Capture
 
     cfg, dtype, model, aux_layers, batches = verifier_and_batches(tiny, device, batch, seq,
                                                                   iters, seed=1)
@@ -188,7 +189,7 @@ def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir:
         {"name": "extract: capture + copy to pinned", "config": shape,
          "ms": t_capture * 1e3 / iters, "tokens_s": tokens / t_capture,
          "overhead": t_capture / t_plain - 1}]
-    from pipeline.eagle3.shards import INDEX, SHARD_FORMAT
+    from pipeline.eagle3.states.shards import INDEX, SHARD_FORMAT
 
     # Each run writes a new directory, and the previous run's bytes are flushed and deleted
     # before the clock starts: a run that replaces a file whose pages are still being
@@ -234,7 +235,7 @@ def bench_extract(device, tiny: bool, batch: int, seq: int, iters: int, workdir:
 
 
 def drafter_cfg(tiny: bool, draft_vocab: int):
-    from pipeline.eagle3.drafter import DrafterConfig
+    from pipeline.eagle3.model.drafter import DrafterConfig
 
     cfg = TINY if tiny else LLAMA_1B
     return DrafterConfig.from_verifier({**cfg, "architectures": ["LlamaForCausalLM"]},
@@ -256,7 +257,7 @@ def train_flops_per_token(cfg, steps: int, seq: int) -> float:
 
 def make_drafter(tiny: bool, device):
     """A drafter at the bench shape with seeded random weights and a random draft vocab."""
-    from pipeline.eagle3.drafter import Eagle3Drafter
+    from pipeline.eagle3.model.drafter import Eagle3Drafter
 
     draft_vocab = 256 if tiny else 32000
     cfg = drafter_cfg(tiny, draft_vocab)
@@ -275,7 +276,7 @@ def make_trainer(tiny: bool, steps: int, device, attn: str, compile_loss_on: boo
                  blocks: bool = False, ddp: bool = False):
     """(train(aux, last, input_ids, mask) -> loss, drafter config): one optimiser step of
     the stage's own TTTLoss under bf16 autocast, fused AdamW, grad clip 0.5."""
-    from pipeline.eagle3 import ttt
+    from pipeline.eagle3.training import ttt
 
     drafter = make_drafter(tiny, device)
     cfg, draft_vocab = drafter.config, drafter.config.draft_vocab_size
@@ -285,7 +286,7 @@ def make_trainer(tiny: bool, steps: int, device, attn: str, compile_loss_on: boo
     target_head = torch.randn(draft_vocab, cfg.hidden_size, device=device) * 0.02
     model = ttt.TTTLoss(drafter, target_head, steps, attn_impl=attn)
     if ddp:
-        from pipeline.eagle3.distributed import wrap_ddp
+        from pipeline.eagle3.hardware.distributed import wrap_ddp
 
         model = wrap_ddp(model, device.index)
     params = drafter.trainable_parameters()
@@ -349,9 +350,10 @@ def bench_online(device, tiny: bool, batch: int, seq: int, iters: int, workdir: 
     """Offline (the stage's extract() writing shards, then training steps on batches read
     back from them) against online (the verifier's capture feeding each training step), on
     the same random batches, one epoch; tokens/s end to end."""
-    from pipeline.eagle3.hidden_states import Capture, extract
-    from pipeline.eagle3.shards import INDEX, SHARD_FORMAT
-    from pipeline.eagle3.train_data import TrainData
+    from pipeline.eagle3.hidden_states import extract
+    from pipeline.eagle3.states.extraction import Capture
+    from pipeline.eagle3.states.shards import INDEX, SHARD_FORMAT
+    from pipeline.eagle3.training.train_data import TrainData
 
     cfg, dtype, model, aux_layers, batches = verifier_and_batches(tiny, device, batch, seq,
                                                                   iters, seed=3)
@@ -413,7 +415,7 @@ def bench_online(device, tiny: bool, batch: int, seq: int, iters: int, workdir: 
 
 
 def bench_loader(workdir: Path, seq: int) -> list:
-    from pipeline.eagle3.train_data import Prefetcher, TrainData
+    from pipeline.eagle3.training.train_data import Prefetcher, TrainData
 
     data = TrainData(workdir / "hidden", seed=0, holdout=0.0, max_length=seq)
     batches = data.epoch_batches(0, 4, 4 * seq)

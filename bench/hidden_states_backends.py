@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """hidden_states --backend hf against --backend vllm: the same states, and tokens/s, in one run.
 
-For each verifier, built by the ``eagle3.verifier`` stage (weights barely trained: equality
+For each verifier, built by the ``eagle3.build_verifier`` stage (weights barely trained: equality
 does not depend on them):
 
 - ``h200``: the H200 example's verifier (examples/eagle3-h200.yaml: 18-layer Llama, hidden
@@ -9,7 +9,7 @@ does not depend on them):
 - ``deepseek``: a DeepSeek-V3-family verifier (MLA with DeepSeek's head shapes: kv rank 512,
   rope 64, nope 128, v 128; a first dense layer, then 16 routed experts top-4 plus a shared
   one), hidden 2048, 6 layers;
-- ``deepseek_fp8`` (when ``pipeline.eagle3.quantize_checkpoint`` is there): the same verifier
+- ``deepseek_fp8`` (when ``pipeline.eagle3.hardware.quantize_checkpoint`` is there): the same verifier
   written as DeepSeek ships it (FP8 block-scaled), given to vLLM as is, against the ``hf``
   backend on its dequantized bf16 twin; two more runs: vLLM on the twin (FP8 against bf16
   tokens/s in one engine) and ``bench/e4m3_inputs.py`` (the twin with e4m3-rounded inputs:
@@ -113,7 +113,7 @@ def run_module(module: str, params: dict, result: Path, timeout: float) -> dict:
 def samples_file(path: Path, n: int, turns: int = 4) -> Path:
     """``n`` synthetic chats of ``turns`` exchanges each (about 300 tokens: long enough that
     the forwards, not the calls, set the time)."""
-    from pipeline.eagle3 import synthetic
+    from pipeline.eagle3.text import synthetic
 
     words = synthetic.stdlib_words(synthetic.stdlib_files(6))
     tasks = synthetic.make_tasks(n * turns, 11, words)
@@ -130,7 +130,7 @@ def samples_file(path: Path, n: int, turns: int = 4) -> Path:
 
 
 def by_sample(hidden_dir: Path, keep: set[int] | None = None) -> dict[int, tuple]:
-    from pipeline.eagle3.shards import ShardReader, list_shards
+    from pipeline.eagle3.states.shards import ShardReader, list_shards
 
     out = {}
     for info in list_shards(hidden_dir)[1]:
@@ -183,7 +183,7 @@ def one_verifier(name: str, args, work: Path, info: dict) -> None:
         given = VERIFIERS[base] if not args.tiny else {
             **TINY, **({"arch": "deepseek_v3"} if base == "deepseek" else {})}
         params = {"out": vdir, "seed": 0, "check_prompts": 0, "device": args.device, **given}
-        res = run_module("pipeline.eagle3.verifier", params, work / base / "verifier.json", 400)
+        res = run_module("pipeline.eagle3.build_verifier", params, work / base / "verifier.json", 400)
         info["verifiers"].setdefault(base, {})["build"] = {
             k: res["metrics"].get(k) for k in ("params", "architecture", "final_loss")} | {
             "wall_seconds": res["wall_seconds"], "params_given": given}
@@ -200,7 +200,7 @@ def one_verifier(name: str, args, work: Path, info: dict) -> None:
         info["verifiers"].setdefault(base, {})["tokens"] = res["metrics"].get("tokens")
     hf_dir, engine_dir = vdir, vdir
     if name == "deepseek_fp8":
-        from pipeline.eagle3.quantize_checkpoint import quantize_dir
+        from pipeline.eagle3.hardware.quantize_checkpoint import quantize_dir
 
         engine_dir, hf_dir = d / "fp8", d / "twin"
         entry["quantize"] = quantize_dir(vdir, engine_dir, "fp8", twin=hf_dir)
@@ -420,10 +420,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if name == "deepseek_fp8":
             try:
-                import pipeline.eagle3.quantize_checkpoint  # noqa: F401
+                import pipeline.eagle3.hardware.quantize_checkpoint  # noqa: F401
             except ImportError:
                 info.setdefault("verifiers", {})[name] = {
-                    "skipped": "pipeline.eagle3.quantize_checkpoint is not here"}
+                    "skipped": "pipeline.eagle3.hardware.quantize_checkpoint is not here"}
                 continue
         if args.budget_s - (time.perf_counter() - T0) < 60:
             info.setdefault("verifiers", {})[name] = {"skipped": "out of budget"}

@@ -5,7 +5,7 @@ timed for both methods in alternation, in one process, on the same inputs.
 - ``train step``: ``TTTLoss`` forward and backward plus one AdamW step on a training batch
   of the given hidden-state shards (the first batch of epoch 0, as ``eagle3.train`` makes
   it), for a fresh drafter of the verifier's shape: EAGLE-3's unrolled ``k`` steps, or
-  P-EAGLE's ``k`` parallel depths (:mod:`pipeline.eagle3.peagle`).
+  P-EAGLE's ``k`` parallel depths (:mod:`pipeline.eagle3.model.peagle`).
 - ``drafting round``: what the reference loop (``specdecode.speculative_decode``) runs
   per round after a prefix of ``--context`` rows in the drafter's KV cache: EAGLE-3 one
   forward over the 2 new verified rows then ``k - 1`` one-row forwards; P-EAGLE one
@@ -28,7 +28,7 @@ from pathlib import Path
 
 
 def _drafter(method: str, vcfg: dict, aux: list[int], draft_vocab: int):
-    from pipeline.eagle3.drafter import DrafterConfig, Eagle3Drafter
+    from pipeline.eagle3.model.drafter import DrafterConfig, Eagle3Drafter
 
     cfg = DrafterConfig.from_verifier(vcfg, draft_vocab_size=draft_vocab, aux_layer_ids=aux,
                                       method=method,
@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from pipeline.eagle3.drafter import DrafterCache
-    from pipeline.eagle3.train_data import TrainData
-    from pipeline.eagle3.ttt import TTTLoss
+    from pipeline.eagle3.model.drafter import DrafterCache
+    from pipeline.eagle3.training.train_data import TrainData
+    from pipeline.eagle3.training.ttt import TTTLoss
 
     torch.set_num_threads(args.threads)
     vcfg = json.loads((args.verifier / "config.json").read_text())

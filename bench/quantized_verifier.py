@@ -2,7 +2,7 @@
 """An FP8 block-scaled verifier in transformers against its dequantized bf16 twin.
 
 A verifier with random weights is written in bf16, quantized to the FP8 block-scaled format
-DeepSeek-V3 and Kimi-K2 ship (``pipeline.eagle3.quantize_checkpoint``: e4m3 weights, one fp32
+DeepSeek-V3 and Kimi-K2 ship (``pipeline.eagle3.hardware.quantize_checkpoint``: e4m3 weights, one fp32
 ``weight_scale_inv`` per 128 x 128 block), and its twin written in bf16 with every weight the
 exact dequantization of the FP8 one. So the two differ only in the arithmetic: transformers'
 FP8 kernels quantize each linear's input to e4m3 per token and 128 channels (dynamic) and
@@ -41,8 +41,8 @@ import time
 import traceback
 from pathlib import Path
 
-from pipeline.eagle3.quant_formats import FP8_MAX
-from pipeline.eagle3.quantize_checkpoint import quantize_dir
+from pipeline.eagle3.hardware.quant_formats import FP8_MAX
+from pipeline.eagle3.hardware.quantize_checkpoint import quantize_dir
 from pipeline.errors import exc_line
 
 # Llama-3.1-8B's layer shape, fewer layers: big enough that the matmuls, not the launches,

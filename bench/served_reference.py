@@ -2,7 +2,7 @@
 servers, prompts, lengths and concurrency.
 
 For each concurrency, and at each for the plain server and then the speculative one, it
-runs one level of our client (``pipeline.eagle3.load_levels``: at least ``--min-seconds``,
+runs one level of our client (``pipeline.eagle3.serving.load_levels``: at least ``--min-seconds``,
 ending at a whole pass over the prompts) and then ``vllm bench serve`` with exactly the
 requests ours sent: the same prompts in the same order (a ``custom`` dataset written from
 them, ``--disable-shuffle``, ``--skip-chat-template``), the same ``max_tokens``
@@ -48,8 +48,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.eagle3.bench_prompts import Prompt, load_prompts, request_bodies
-from pipeline.eagle3.load_levels import Level, run_level
+from pipeline.eagle3.serving.load_levels import Level, run_level
+from pipeline.eagle3.serving.prompts import Prompt, load_prompts, request_bodies
 from pipeline.vllm.metrics import spec_delta, spec_snapshot
 from pipeline.vllm.openai_client import get
 

@@ -67,8 +67,8 @@ def cost_model(shape: dict, device: str, k: int, prompt_len: int = 512, steps: i
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from pipeline.eagle3.drafter import DrafterCache, DrafterConfig, Eagle3Drafter
-    from pipeline.eagle3.specdecode import Timer, VerifierSteps
+    from pipeline.eagle3.model.drafter import DrafterCache, DrafterConfig, Eagle3Drafter
+    from pipeline.eagle3.model.specdecode import Timer, VerifierSteps
 
     dev = torch.device(device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32

@@ -12,7 +12,7 @@ Each step runs in a fresh interpreter that reports its wall time and peak RSS:
 - ``read``: the drafter's weight file read in 4 MiB blocks (the I/O floor);
 - ``load_all``: ``safetensors.torch.load_file`` of the whole file and the same NaN/Inf test
   on every tensor (everything in memory at once: the approach the checks avoid);
-- ``structural``: :func:`pipeline.eagle3.checks_structural.structural_checks` (headers,
+- ``structural``: :func:`pipeline.eagle3.checks.structural.structural_checks` (headers,
   every tensor streamed in blocks for NaN/Inf, d2t/t2d, 1024 lm_head rows against the
   verifier's);
 - ``structural_stale``: the same on a copy whose lm_head rows are permuted, the worst case
@@ -54,8 +54,8 @@ def build(root: Path) -> tuple[Path, Path, Path, bool]:
     import torch
     from safetensors.torch import save_file
 
-    from pipeline.eagle3.drafter import DrafterConfig
     from pipeline.eagle3.export import eagle_config
+    from pipeline.eagle3.model.drafter import DrafterConfig
 
     verifier, drafter, stale = root / "verifier", root / "drafter", root / "drafter-stale"
     if (stale / "model.safetensors").is_file():
@@ -107,8 +107,8 @@ from pathlib import Path
 import torch  # imported before the clock and the baseline memory, in every step
 torch.set_num_threads(2)
 from safetensors.torch import load_file
-from pipeline.eagle3.checkpoint_files import VerifierInfo, sha256_files, weight_files
-from pipeline.eagle3.checks_structural import structural_checks
+from pipeline.eagle3.model.checkpoint_files import VerifierInfo, sha256_files, weight_files
+from pipeline.eagle3.checks.structural import structural_checks
 
 
 def status():

@@ -22,7 +22,7 @@ import time
 
 from bench.dbarg import add_db_args, bench_db
 from harness import todos
-from state import connection as connection_mod
+from state.db import connection as connection_mod
 from state.store import Store
 
 ITEMS_PER_WRITER = 10

@@ -130,14 +130,14 @@ def _change(store: Store, session_id: int, ident: str | int, actor: str, **chang
     return _to_claude(store, session_id, actor, out)
 
 
-# What a Claude Code task file holds of a todo (harness/agents/claude_task_files.py).
+# What a Claude Code task file holds of a todo (harness/agents/claude/task_files.py).
 _TASK_FIELDS = ("content", "status", "active_form")
 
 
 def _to_claude(store: Store, session_id: int, actor: str, out: Outcome) -> Outcome:
     """A change to a todo that is one of Claude Code's tasks goes into its task file."""
     if any(name in out.changed for name in _TASK_FIELDS):
-        from harness.agents.claude_task_files import write_back_now
+        from harness.agents.claude.task_files import write_back_now
 
         write_back_now(store, session_id, actor)
     return out

@@ -27,16 +27,17 @@ from typing import Any
 from pipeline.errors import ActionError
 from pipeline.served_gates import SERVED_ACTION, SERVED_KEYS, not_a_gate
 
-__all__ = ["ACTION_METRICS", "REQUIRE_VLLM", "TABLE_CHECKS", "ActionError", "Check",
-           "StageResult", "check_status", "declares_metric", "gate_metric", "gate_problem",
-           "params_to_argv", "run_action", "table_note", "undeclared_metrics"]
+__all__ = ["ACTION_ALIASES", "ACTION_METRICS", "REQUIRE_VLLM", "TABLE_CHECKS", "ActionError",
+           "Check", "StageResult", "canonical_action", "check_status", "declares_metric",
+           "gate_metric", "gate_problem", "params_to_argv", "run_action", "table_note",
+           "undeclared_metrics"]
 
 RESULT_SCHEMA = 1
 
 # Built-in action name -> module run with ``python -m``. Kept as data so the runner can
 # validate a spec without importing torch.
 BUILTIN_ACTIONS: dict[str, str] = {
-    "eagle3.verifier": "pipeline.eagle3.verifier",
+    "eagle3.build_verifier": "pipeline.eagle3.build_verifier",
     "eagle3.generate": "pipeline.eagle3.generate",
     "eagle3.clean": "pipeline.eagle3.clean",
     "eagle3.tokenize": "pipeline.eagle3.tokenize",
@@ -50,6 +51,17 @@ BUILTIN_ACTIONS: dict[str, str] = {
     "eagle3.benchmark": "pipeline.eagle3.benchmark",
 }
 
+# Names an action had before: specs that use them keep working. The spec loader reads each
+# as the name it points to (:func:`canonical_action`); "eagle3.verifier" built the tiny
+# verifier and read too much like "eagle3.verify".
+ACTION_ALIASES: dict[str, str] = {"eagle3.verifier": "eagle3.build_verifier"}
+
+
+def canonical_action(name: str) -> str:
+    """``name``, or the action it is an old name of."""
+    return ACTION_ALIASES.get(name, name)
+
+
 # What each action measures that a gate can hold: numbers, or lists of numbers (one per
 # draft position). ``*`` stands for a number or a name: ``speedup_c*`` covers speedup_c1
 # and speedup_c16. `harness check` (and `harness run`) refuse a gate on anything else, so a
@@ -57,7 +69,7 @@ BUILTIN_ACTIONS: dict[str, str] = {
 # place to declare them; with HARNESS_CHECK_METRICS=1 (set by the test suite) an action
 # that reports a number not declared here fails, so the table cannot drift from the code.
 ACTION_METRICS: dict[str, tuple[str, ...]] = {
-    "eagle3.verifier": ("final_loss", "first_loss", "params", "vocab_size", "layers",
+    "eagle3.build_verifier": ("final_loss", "first_loss", "params", "vocab_size", "layers",
                         "hidden_size", "reasoning_rate"),
     "eagle3.generate": ("prompts", "samples", "new_samples", "failed", "reasoning_capture",
                         "truncated", "restored_open_tag"),

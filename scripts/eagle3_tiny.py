@@ -31,7 +31,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.actions import BUILTIN_ACTIONS, params_to_argv, read_result  # noqa: E402
+from pipeline.actions import BUILTIN_ACTIONS, canonical_action, params_to_argv, read_result  # noqa: E402
 
 
 def ordered(stages: list[dict]) -> list[dict]:
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             params = dict(stage.get("with") or {})
             if args.device and "device" in params:
                 params["device"] = args.device
-            cmd = [sys.executable, "-m", BUILTIN_ACTIONS[stage["action"]],
+            cmd = [sys.executable, "-m", BUILTIN_ACTIONS[canonical_action(stage["action"])],
                    *params_to_argv(params), "--result", str(result_path)]
             print(f"\n== {stage['name']}: {' '.join(cmd[1:])}", flush=True)
         t0 = time.perf_counter()

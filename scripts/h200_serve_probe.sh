@@ -43,7 +43,7 @@ import os; os._exit(0)
 IMPORT=$!
 
 log "verifier"
-python3 -m pipeline.eagle3.verifier --out "$WORK/verifier" --prompts-out "$WORK/prompts.jsonl" \
+python3 -m pipeline.eagle3.build_verifier --out "$WORK/verifier" --prompts-out "$WORK/prompts.jsonl" \
   --prompts 64 --steps 200 --train-samples 4000 --hidden-size 384 --layers 18 --heads 6 \
   --kv-heads 2 --intermediate-size 1152 --vocab-size 2048 --batch-size 64 --check-prompts 0 \
   --device cuda --result "$WORK/verifier.json" 2>&1 | tail -n 3 | tee -a "$OUT/probe.log"

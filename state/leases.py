@@ -3,7 +3,7 @@
 A claim (``harness next --claim --lease 15m``) is an event: a ``todo.updated`` that sets
 ``status`` in progress, ``claimed_by`` and ``lease_s`` (:mod:`state.fold` says what it
 does). Its live part is a row of ``leases`` (``heartbeat_at``, ``expires_at``, seconds
-since the epoch by the store's clock, :func:`state.dialect.clock_sql`), which the write
+since the epoch by the store's clock, :func:`state.db.dialect.clock_sql`), which the write
 transaction (:class:`state.tx.Tx`) keeps in step with the fold: written when a todo
 gains a leased claim, removed when the claim ends (done, blocked, cancelled, removed, run
 out). A heartbeat moves the row and writes no event: an agent's every hook and MCP call
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from state.db.sql import SQL
 from state.fold import LEASE_EXPIRED, Event, SessionState, TodoState, claim_of
-from state.sql import SQL
 
 
 class LeaseTx(Protocol):

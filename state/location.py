@@ -1,6 +1,6 @@
 """Where a store is: a path or a database URL, normalised, and shown without its password.
 
-SQLite and plain PostgreSQL URLs are read by hand (:mod:`state.pg`: no SQLAlchemy on the
+SQLite and plain PostgreSQL URLs are read by hand (:mod:`state.db.pg`: no SQLAlchemy on the
 everyday paths); any other server URL goes through SQLAlchemy's URL parser, imported only
 then.
 """
@@ -17,7 +17,7 @@ def normalize_url(target: str) -> str:
     if target.startswith("sqlite:"):
         return target
     if "://" in target:
-        from state import pg
+        from state.db import pg
 
         plain = pg.parse(target)
         if plain is not None:
@@ -47,7 +47,7 @@ def public_url(url: str) -> str:
     """The URL with any password masked: safe to print, log, or key a config file by."""
     if is_sqlite(url):
         return url
-    from state import pg
+    from state.db import pg
 
     plain = pg.parse(url)
     if plain is not None:

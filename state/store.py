@@ -2,8 +2,8 @@
 state back.
 
 The parts live in modules named for them: the connections and the write lock in
-:mod:`state.connection`, the write transaction in :mod:`state.tx` (:class:`Tx`), the
-readers in :mod:`state.readers`, the SQL in :mod:`state.sql`. This module opens a store
+:mod:`state.db.connection`, the write transaction in :mod:`state.tx` (:class:`Tx`), the
+readers in :mod:`state.read.readers`, the SQL in :mod:`state.db.sql`. This module opens a store
 (creating a SQLite file atomically, checking and applying migrations) and starts write
 transactions on it.
 
@@ -24,14 +24,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from state.connection import Connections, normalize_url, notify_sql, sqlite_path
+from state.db.connection import Connections, normalize_url, notify_sql, sqlite_path
+from state.db.sql import SQL
 from state.errors import InvalidChange, ReadOnlyStore, SchemaTooNew, StoreError, StoreUnavailable
 from state.fold import Event, TodoState
-from state.readers import Readers, SessionInfo
-from state.sql import SQL
+from state.read.readers import Readers, SessionInfo
+from state.schema.versions import MIGRATION_NAMES
 from state.tx import SNAPSHOT_EVERY, Tx
 from state.values import normalize_ts, nul_at, utcnow
-from state.versions import MIGRATION_NAMES
 
 
 def _prepare_file(path: Path, *, create: bool, make_dirs: bool) -> bool:
@@ -81,7 +81,7 @@ def _wait_for_writer(path: Path) -> int:
     harness did): wait, as for any write lock, until nobody writes it; then its size."""
     import sqlite3
 
-    from state.connection import busy_timeout_ms
+    from state.db.connection import busy_timeout_ms
 
     try:
         conn = sqlite3.connect(str(path), timeout=busy_timeout_ms() / 1000,
@@ -239,7 +239,7 @@ class Store(Readers):
                 cur.execute("SELECT name FROM migrations ORDER BY name")
                 return [r[0] for r in cur.fetchall()]
         if self.dialect != "sqlite":
-            from state import migrations
+            from state.schema import migrations
 
             with self._errors(), self.engine.connect() as conn:
                 return migrations.applied(conn)
@@ -271,7 +271,7 @@ class Store(Readers):
     def upgrade(self) -> list[str]:
         """Apply pending migrations in one transaction under the write lock, so that two
         harnesses opening a store at once do not both apply them."""
-        from state import migrations
+        from state.schema import migrations
 
         with self.locked() as conn:
             return migrations.upgrade(conn, self.where)
@@ -283,7 +283,7 @@ class Store(Readers):
         For whole-store work (migrations, ``db copy``); everyday writes use :meth:`write`.
         Commits on normal exit, rolls back on an exception.
         """
-        from state.connection import WRITE_OPTION
+        from state.db.connection import WRITE_OPTION
 
         self._conn.refuse_if_read_only()
         with self._errors(), self.engine.connect() as conn:
@@ -295,7 +295,7 @@ class Store(Readers):
         """Rows per table, for every table of the schema that exists here."""
         from sqlalchemy import func, inspect, select
 
-        from state.models import ALL_TABLES
+        from state.schema.models import ALL_TABLES
 
         with self._errors(), self.engine.connect() as conn:
             have = set(inspect(conn).get_table_names())
@@ -312,7 +312,7 @@ class Store(Readers):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- errors and the write lock (state.connection) -------------------------------------
+    # -- errors and the write lock (state.db.connection) -------------------------------------
     def _errors(self) -> Any:
         """Turn driver errors into one-line StoreErrors that name the database."""
         return self._conn.errors()
@@ -414,10 +414,10 @@ class Store(Readers):
 
     # -- change detection ------------------------------------------------------------------
     def watch(self) -> Any:
-        """A :class:`state.watch.Watch` on its own connection: ``changed()`` says whether
+        """A :class:`state.read.watch.Watch` on its own connection: ``changed()`` says whether
         anything was committed since it was last asked (LISTEN/NOTIFY on PostgreSQL,
         ``PRAGMA data_version`` on SQLite). Close it when done."""
-        from state.watch import Watch
+        from state.read.watch import Watch
 
         return Watch(self.engine)
 

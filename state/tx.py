@@ -17,6 +17,16 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from state.db.sql import (
+    MULTI_ROW_MAX,
+    artifact_values,
+    multi_row_insert,
+    run_from_row,
+    run_values,
+    todo_from_row,
+    todo_values,
+    verification_values,
+)
 from state.errors import InvalidChange, NotFound
 from state.fold import (
     PRIORITIES,
@@ -34,16 +44,6 @@ from state.fold import (
 )
 from state.leases import expire_lapsed
 from state.series import SeriesPoint, point_values
-from state.sql import (
-    MULTI_ROW_MAX,
-    artifact_values,
-    multi_row_insert,
-    run_from_row,
-    run_values,
-    todo_from_row,
-    todo_values,
-    verification_values,
-)
 from state.values import dumps, nul_at, utcnow
 
 

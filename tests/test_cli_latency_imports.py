@@ -129,7 +129,7 @@ def test_postgres_urls_read_as_sqlalchemy_reads_them(url: str) -> None:
     """The public URL keys the user's config: read by hand it must come out the same."""
     from sqlalchemy.engine import make_url
 
-    from state import pg
+    from state.db import pg
     from state.location import normalize_url, public_url
 
     sa = make_url(url).set(drivername="postgresql+psycopg")
@@ -146,7 +146,7 @@ def test_postgres_todowrite_does_not_import_sqlalchemy(pg_url: str, tmp_path: Pa
            "HARNESS_CONFIG_DIR": str(tmp_path / "config")}
     subprocess.run([sys.executable, "-m", "harness", "todoread"], env=env, check=True,
                    capture_output=True, timeout=120)  # creates the schema (SQLAlchemy)
-    heavy = HEAVY  # psycopg 3 too: everyday commands connect with psycopg2 (state/pg.py)
+    heavy = HEAVY  # psycopg 3 too: everyday commands connect with psycopg2 (state/db/pg.py)
     for args, stdin in ((["todowrite"], import_probe.TODOS), (["list"], ""),
                         (["show", "t3"], ""), (["done", "t3"], "")):
         probe, err = import_probe.probe(env, args, stdin, heavy)

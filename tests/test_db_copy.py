@@ -12,11 +12,11 @@ from sqlalchemy import create_engine, inspect, select
 
 from harness import formats, todos
 from harness.agents.todolist import todowrite
-from state import migrations
 from state import tx as tx_mod
-from state.connection import normalize_url
-from state.copy import tables
+from state.db.connection import normalize_url
 from state.fold import SessionState, apply
+from state.maintain.copy import tables
+from state.schema import migrations
 from state.series import SeriesPoint
 from state.store import Store
 from tests.conftest import run_cli

@@ -29,7 +29,7 @@ def loaded(modules: str) -> set[str]:
 
 
 def test_state_imports_nothing_of_ours() -> None:
-    mods = loaded("state.store,state.fold,state.migrations")
+    mods = loaded("state.store,state.fold,state.schema.migrations")
     assert not mods & {"harness", "pipeline", "tui", "textual", "fabric", "paramiko"}
 
 

@@ -1,4 +1,4 @@
-"""The everyday PostgreSQL route's connections (state/pg.py, psycopg2) answer Ctrl-C at once
+"""The everyday PostgreSQL route's connections (state/db/pg.py, psycopg2) answer Ctrl-C at once
 and keep their connect timeout: a server that accepts and never answers, then a real one
 running a long query."""
 
@@ -73,7 +73,7 @@ def test_a_server_that_never_answers_times_out(silent_server: int,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     import psycopg2
 
-    from state import pg
+    from state.db import pg
 
     monkeypatch.setattr(pg, "CONNECT_TIMEOUT_S", 1)
     t0 = time.monotonic()
@@ -86,7 +86,7 @@ def test_a_server_that_never_answers_times_out(silent_server: int,
 # Runs in its own process: the Ctrl-C goes to that process's main thread, not pytest's.
 LONG_QUERY = textwrap.dedent("""
     import os, signal, sys, threading, time
-    from state import pg
+    from state.db import pg
     conn = pg.connect(pg.parse(sys.argv[1]), lock_timeout_ms=1000)
     print(conn.info.backend_pid, flush=True)
     threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()

@@ -17,10 +17,10 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from harness import todos
-from state import migrations
-from state.connection import PG_WRITE_LOCK_KEY
+from state.db.connection import PG_WRITE_LOCK_KEY
 from state.errors import StoreError
 from state.fold import SessionState, apply
+from state.schema import migrations
 from state.store import Store
 from tests.conftest import ROOT, run_cli
 from tests.pg import PgCluster

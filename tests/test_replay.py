@@ -18,7 +18,7 @@ from harness import todos as uc
 from harness.agents.todolist import todowrite
 from harness.errors import HarnessError
 from state import tx as tx_mod
-from state.rebuild import rebuild
+from state.maintain.rebuild import rebuild
 from state.store import Store
 from tests.conftest import ROOT
 

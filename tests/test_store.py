@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import inspect
 from sqlmodel import SQLModel
 
-from state import migrations
 from state import tx as tx_mod
 from state.errors import InvalidChange, StoreUnavailable
 from state.fold import SessionState, apply
-from state.models import ALL_TABLES
+from state.schema import migrations
+from state.schema.models import ALL_TABLES
 from state.store import Store
 from tests.conftest import ROOT
 

@@ -4,8 +4,8 @@ An agent changes its list in one of two shapes. The whole list at once (``todowr
 the CLI or MCP, Claude Code's ``TodoWrite``, Codex's and Gemini CLI's plans, the
 importers): :func:`harness.agents.todolist.apply_write` merges it into a
 :class:`harness.merge.Plan`. Or one task at a time (Claude Code's ``TaskCreate`` and
-``TaskUpdate`` and its ``TaskCreated``/``TaskCompleted`` events, :mod:`harness.agents.claude`
-and :mod:`harness.agents.claude_tasks`). Either way the change reaches the store here, as
+``TaskUpdate`` and its ``TaskCreated``/``TaskCompleted`` events, :mod:`harness.agents.claude.hooks`
+and :mod:`harness.agents.claude.tasks`). Either way the change reaches the store here, as
 typed steps given to :func:`apply`, under the same rules:
 
 * the writer is the transaction's actor, and a removal's reason names it;

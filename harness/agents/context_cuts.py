@@ -8,7 +8,7 @@ removes nothing it leaves out. After a cut the agent gets the list back: Claude 
 Codex take it from a ``SessionStart`` hook's ``hookSpecificOutput.additionalContext``,
 opencode's plugin from the text it is handed (:func:`restore_block`).
 
-Claude Code (:mod:`harness.agents.claude`) and Codex (:mod:`harness.agents.codex`) send the
+Claude Code (:mod:`harness.agents.claude.hooks`) and Codex (:mod:`harness.agents.codex.hooks`) send the
 same three events with the same fields, handled here by :func:`context_event`.
 """
 

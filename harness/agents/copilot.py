@@ -138,7 +138,7 @@ def read_todos(db: Path) -> tuple[list[Item], dict[str, list[str]]]:
 def sync(harness: Harness, db: Path, actor: str) -> None:
     """The agent's whole table, merged as its list; its dependencies as ``depends_on``
     (the agent drops only those on its own todos: one a person added stays)."""
-    from harness.agents.gemini_tracker import add_deps
+    from harness.agents.gemini.tracker import add_deps
     from harness.agents.todolist import apply_write
 
     items, graph = read_todos(db)

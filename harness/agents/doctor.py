@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.agents import claude_install as ci
+from harness.agents.claude import install as ci
 from harness.errors import InputError
 from harness.paths import codex_home, copilot_home, gemini_dir
 
@@ -161,7 +161,7 @@ def claude(project: Path, program: Path, version: str | None) -> Finding:
 # -- Codex ----------------------------------------------------------------------------------
 
 def codex(project: Path, program: Path, version: str | None) -> Finding:
-    from harness.agents import codex_config as cc
+    from harness.agents.codex import config as cc
 
     f = Finding("codex", str(program), version)
     config = cc.config_path()

@@ -14,7 +14,7 @@ appended. So installing twice changes nothing, and an older install gains the ev
 lacks. The file is written whole, beside itself and renamed into place.
 
 For Claude Code the same settings file also turns its todo tools on and lets the harness
-MCP server's todo tools run, and the server is registered (:mod:`harness.agents.claude_install`).
+MCP server's todo tools run, and the server is registered (:mod:`harness.agents.claude.install`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from harness.errors import InputError, UsageError
 from harness.paths import codex_home, copilot_home, gemini_dir
 
 if TYPE_CHECKING:
-    from harness.agents.claude_install import SettingsChange
+    from harness.agents.claude.install import SettingsChange
 
 # event -> matcher (None: the event takes none, or we want every occurrence)
 CLAUDE_EVENTS: dict[str, str | None] = {
@@ -243,7 +243,7 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
     notes = _narrow_matchers(hooks, agent)
     claude = None
     if agent == "claude-code":
-        from harness.agents.claude_install import settings_changes
+        from harness.agents.claude.install import settings_changes
 
         claude = settings_changes(doc, scope=scope, todo_tools=todo_tools, mcp=mcp,
                                   where=where)
@@ -257,8 +257,8 @@ def install(agent: str, *, scope: str = "project", cwd: Path, command: str | Non
 
 def claude_mcp(*, scope: str, cwd: Path, command: str | None = None) -> InstallPlan:
     """The harness MCP server registered where Claude Code reads MCP servers
-    (:func:`harness.agents.claude_install.mcp_config_path`)."""
-    from harness.agents.claude_install import mcp_config_path, mcp_servers_change
+    (:func:`harness.agents.claude.install.mcp_config_path`)."""
+    from harness.agents.claude.install import mcp_config_path, mcp_servers_change
 
     path = mcp_config_path(scope, cwd)
     before, doc = read_json(path)
@@ -285,8 +285,8 @@ def codex_config(hooks: InstallPlan, *, scope: str, cwd: Path,
                  codex: str | None = None) -> InstallPlan:
     """What Codex's ``config.toml`` needs for the hooks in ``hooks.after`` to run: the
     ``update_plan`` tool enabled, and our hooks trusted (their hash asked of Codex; see
-    :mod:`harness.agents.codex_config`). What install cannot do is in the notes."""
-    from harness.agents import codex_config as cc
+    :mod:`harness.agents.codex.config`). What install cannot do is in the notes."""
+    from harness.agents.codex import config as cc
 
     path = cc.config_path()
     where = str(path)
@@ -367,7 +367,7 @@ def gemini_settings(hooks: InstallPlan, *, scope: str, cwd: Path, command: str |
     (the model's todo tool) on, or, with ``task_tools`` False and no ``write_todos`` for
     the configured model, the harness MCP server (``harness mcp --agent gemini-cli``,
     serving the todo tools: it writes as the hooks do, to their session)."""
-    from harness.agents.claude_install import mcp_servers_change
+    from harness.agents.claude.install import mcp_servers_change
 
     where = str(hooks.path)
     doc = json.loads(hooks.after) if hooks.after.strip() else {}

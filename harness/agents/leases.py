@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.render import duration_text, expiry_text, iso_time
+from state.db.sql import EVENT_COLS, LEASE_COLS, event_from_row
 from state.errors import StoreError
 from state.fold import Event
 from state.leases import LEASE_ACTOR, NO_LEASE, Lease, expired_lease, iso, lease_from_row
-from state.sql import EVENT_COLS, LEASE_COLS, event_from_row
 from state.store import Store, Tx
 
 SETTING = "claim-lease"

@@ -55,8 +55,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.render import expiry_text, safe_line
+from state.db.sql import EVENT_COLS, event_from_row
 from state.fold import LEASE_EXPIRED, Event
-from state.sql import EVENT_COLS, event_from_row
 from state.store import Store, Tx
 
 NOTICE_SUFFIX = "/notice"

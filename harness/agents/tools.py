@@ -32,7 +32,7 @@ from state.fold import (
     diff_todo,
     unmet_dependencies,
 )
-from state.readers import SessionInfo
+from state.read.readers import SessionInfo
 
 MAX_LOG_BYTES = 1024 * 1024
 DEFAULT_LOG_BYTES = 64 * 1024

@@ -56,10 +56,10 @@ def mcp_cmd(actor: str | None, tools: str | None, agent: str | None) -> None:
     if agent is None:
         serve(harness(announce=False), actor=actor, tools=chosen)
         return
-    from harness.agents.claude import project_dir
-    from harness.agents.claude import session_for as claude_session
-    from harness.agents.claude_install import MCP_INSTRUCTIONS
-    from harness.agents.codex import session_for as codex_session
+    from harness.agents.claude.hooks import project_dir
+    from harness.agents.claude.hooks import session_for as claude_session
+    from harness.agents.claude.install import MCP_INSTRUCTIONS
+    from harness.agents.codex.hooks import session_for as codex_session
     from harness.agents.mcp_server import INSTRUCTIONS
     from harness.context import Harness
 
@@ -257,7 +257,7 @@ def _install(agent: str, scope: str, dry_run: bool, command: str | None,
 
 def _todo_tools_line(hooks: InstallPlan, mcp: InstallPlan | None, dry_run: bool) -> str:
     """The one line that says what was done about Claude Code's todo tools, and why."""
-    from harness.agents.claude_install import MCP_TODOWRITE, TODO_TOOLS_ENV, WHY_ON
+    from harness.agents.claude.install import MCP_TODOWRITE, TODO_TOOLS_ENV, WHY_ON
 
     claude = hooks.claude
     assert claude is not None
@@ -357,7 +357,7 @@ def watch_codex(directory: Path | None, interval: float, once: bool, backfill: b
     neither repeats nor misses a call; rollouts created while it was down are read from
     their start. Prints one line per plan ingested. Stop it with Ctrl-C.
     """
-    from harness.agents.codex_watch import CodexWatcher
+    from harness.agents.codex.watch import CodexWatcher
 
     root = directory or codex_home() / "sessions"
     if not root.is_dir():

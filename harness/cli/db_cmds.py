@@ -9,9 +9,9 @@ import click
 
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.paths import current_session, set_current_session
-from state.copy import BATCH, copy_store
 from state.errors import SchemaTooNew, StoreUnavailable
 from state.location import display_url, normalize_url, public_url, sqlite_path
+from state.maintain.copy import BATCH, copy_store
 from state.store import Store
 
 

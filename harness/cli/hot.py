@@ -240,24 +240,24 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None,
                 and payload.get("hook_event_name") == "PreCompress":
             # Before every request to the model: mostly nothing to do, and that is
             # decided from the transcript alone, without the store.
-            from harness.agents.gemini_compress import compression_due
+            from harness.agents.gemini.compress import compression_due
 
             if payload.get("trigger") != "manual" and not compression_due(payload):
                 return None
         if agent in ("claude-code", "codex", "gemini-cli", "copilot"):
             # The project's store is found from the project directory, wherever the agent
             # runs the hook from.
-            from harness.agents.claude import project_dir
+            from harness.agents.claude.hooks import project_dir
 
             where = project_dir(payload) if isinstance(payload, dict) else None
         if agent == "claude-code":
-            from harness.agents.claude import handle, session_for
+            from harness.agents.claude.hooks import handle, session_for
 
             return handle(payload, _harness(db, session_for(payload, session),
                                             announce=False, cwd=where), actor=name)
         if agent in ("codex", "gemini-cli", "copilot"):
             # None has a task list shared between sessions, as Claude Code has.
-            from harness.agents.codex import session_for as codex_session
+            from harness.agents.codex.hooks import session_for as codex_session
 
             h = _harness(db, codex_session(payload, session), announce=False, cwd=where)
             if agent == "copilot":
@@ -266,9 +266,9 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None,
                 # Its payload does not name the event: the installed command does.
                 return handle_copilot(payload, h, event=event or "", actor=name)
             if agent == "codex":
-                from harness.agents.codex import handle as handle_agent
+                from harness.agents.codex.hooks import handle as handle_agent
             else:
-                from harness.agents.gemini import handle as handle_agent
+                from harness.agents.gemini.hooks import handle as handle_agent
             return handle_agent(payload, h, actor=name)
         from harness.agents.opencode import handle as handle_opencode
 

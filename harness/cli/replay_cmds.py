@@ -26,7 +26,7 @@ from harness.importers.claude_tasks import is_task_list, sync_task_list
 from harness.paths import set_current_session
 from harness.render import safe_line
 from state.fold import SessionState, TodoState, board_key
-from state.rebuild import rebuild as rebuild_store
+from state.maintain.rebuild import rebuild as rebuild_store
 
 COMPACT_MAX = 40
 

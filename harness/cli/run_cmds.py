@@ -16,8 +16,8 @@ from harness.runner import Runner, cancel_run, stage_status
 from harness.runner.deadline import stage_timeout
 from harness.runner.plan import plan_run
 from harness.runner.scheduler import check_overrides, stage_host, stage_scope
-from pipeline.eagle3.campaign_plan import plan as campaign_plan
-from pipeline.eagle3.disk_estimate import estimates as disk_estimates
+from pipeline.eagle3.plan.campaign_plan import plan as campaign_plan
+from pipeline.eagle3.plan.disk_estimate import estimates as disk_estimates
 from pipeline.redact import redact_text
 from pipeline.served_gates import offline_pair
 from pipeline.spec.durations import format_duration, parse_duration

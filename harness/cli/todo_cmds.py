@@ -144,7 +144,7 @@ def show(todo_id: str, as_json: bool) -> None:
     events = h.store.events(sid, todo_id=num)
     runs = h.store.runs(sid, todo_id=num)
     verifications = h.store.verifications(sid, todo_id=num)
-    from harness.agents.claude_task_files import task_of
+    from harness.agents.claude.task_files import task_of
 
     link = task_of(h.store, sid, num)
     if as_json:

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.agents.claude import ACTOR
-from harness.agents.claude_tasks import (
+from harness.agents.claude.hooks import ACTOR
+from harness.agents.claude.tasks import (
     TASK_STATUSES,
     create_task,
     load_map,

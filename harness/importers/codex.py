@@ -7,7 +7,7 @@ has the session ``id``); a plan call is ``type: response_item`` whose payload is
 answer is a ``function_call_output`` with the same ``call_id``; an answer that says the
 arguments failed to parse, or that the tool is not there ("unsupported call: update_plan",
 Codex's answer while ``[tools.update_plan]`` is not enabled), means the plan did not
-change, and the call is skipped (:func:`harness.agents.codex_watch.refusal`; ``harness watch-codex`` and the hooks
+change, and the call is skipped (:func:`harness.agents.codex.watch.refusal`; ``harness watch-codex`` and the hooks
 agree).
 Older rollouts wrote the items bare (no ``{timestamp, type, payload}`` wrapper) after a
 first ``{id, timestamp}`` line; those are read too, at the session's time.
@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import IO, Any
 
-from harness.agents.codex_watch import refusal
+from harness.agents.codex.watch import refusal
 from harness.errors import InputError
 from harness.formats import parse
 from harness.importers.base import (

@@ -8,7 +8,7 @@ Files are independent: ``harness import a b`` commits ``a`` even if ``b`` then f
 
 **The same events as live.** Each call goes through :func:`harness.agents.todolist.apply_write`,
 the merge a live ``todowrite`` uses (a Gemini CLI tracker call through the tracker's own
-:func:`harness.agents.gemini_tracker.apply`, as its hook does), as the live hooks' actor
+:func:`harness.agents.gemini.tracker.apply`, as its hook does), as the live hooks' actor
 (``agent:claude-code``, ``agent:opencode``, ``agent:codex``, ``agent:gemini-cli``) with the
 call's original time
 and its tool-call id in ``ref``. The agent never read our answer, so its next write is
@@ -33,9 +33,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from harness.agents.claude import ACTOR as CLAUDE_ACTOR
-from harness.agents.codex_watch import ACTOR as CODEX_ACTOR
-from harness.agents.gemini import ACTOR as GEMINI_ACTOR
+from harness.agents.claude.hooks import ACTOR as CLAUDE_ACTOR
+from harness.agents.codex.watch import ACTOR as CODEX_ACTOR
+from harness.agents.gemini.hooks import ACTOR as GEMINI_ACTOR
 from harness.agents.todolist import apply_write
 from harness.errors import InputError
 from harness.importers import harness_jsonl

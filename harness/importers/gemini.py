@@ -24,7 +24,7 @@ file name stands for one).
 A todo call is ``write_todos {todos: [{description, status}]}`` (Gemini 2 models), merged
 as a whole list, or a call of the task tracker (``tracker_create_task``,
 ``tracker_update_task``, ``tracker_add_dependency``), applied as the live hook applies it
-(:func:`harness.agents.gemini_tracker.apply`), so statuses and dependencies land the same
+(:func:`harness.agents.gemini.tracker.apply`), so statuses and dependencies land the same
 way. A call the tool refused changed nothing, and is skipped; a call seen again (the
 history written anew) counts once, by its call id.
 """
@@ -39,9 +39,9 @@ from typing import IO, Any
 
 import ijson
 
-from harness.agents.gemini import WRITE_TODOS
-from harness.agents.gemini_tracker import WRITE_TOOLS
-from harness.agents.gemini_tracker import apply as tracker_apply
+from harness.agents.gemini.hooks import WRITE_TODOS
+from harness.agents.gemini.tracker import WRITE_TOOLS
+from harness.agents.gemini.tracker import apply as tracker_apply
 from harness.errors import InputError
 from harness.formats import parse
 from harness.importers.base import Call, Item, Parser, Skipped, to_ts

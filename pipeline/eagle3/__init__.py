@@ -5,11 +5,11 @@ Each stage is a module run as ``python -m pipeline.eagle3.<step>`` (see
 :mod:`pipeline.actions` for the contract). Shared pieces live beside them:
 
 - :mod:`.common`: config hashes, JSONL, progress lines, device/dtype choice;
-- :mod:`.chat`: prompt shapes, reasoning reassembly, think-tag checks;
-- :mod:`.datafiles`: the token, frequency and vocab-mapping files;
-- :mod:`.shards`: hidden-state shards (write, read, validate);
-- :mod:`.drafter`: the EAGLE-3 drafter model and :func:`.drafter.load_drafter`;
-- :mod:`.ttt`: the training-time-test loss and per-position accuracy.
+- :mod:`pipeline.eagle3.text.chat`: prompt shapes, reasoning reassembly, think-tag checks;
+- :mod:`pipeline.eagle3.text.datafiles`: the token, frequency and vocab-mapping files;
+- :mod:`pipeline.eagle3.states.shards`: hidden-state shards (write, read, validate);
+- :mod:`pipeline.eagle3.model.drafter`: the EAGLE-3 drafter model and :func:`pipeline.eagle3.model.drafter.load_drafter`;
+- :mod:`pipeline.eagle3.training.ttt`: the training-time-test loss and per-position accuracy.
 
 Stage code imports only torch, transformers, safetensors, tokenizers, pyyaml and the standard
 library, so it runs on a bare GPU image.

@@ -8,7 +8,7 @@ a sweep over k, or a schedule beside the fixed k it should beat); ``baseline_url
 target alone, measured once for all of them.
 
 A trial runs every concurrency in ``concurrency`` (default ``[1, 4, 16, 64]``); at each, the
-baseline and then every candidate get one level (:mod:`.load_levels`): at least
+baseline and then every candidate get one level (:mod:`pipeline.eagle3.serving.load_levels`): at least
 ``requests`` (default 10 x the concurrency) streaming requests, the prompt set cycled,
 ``concurrency`` in flight, for at least ``min_seconds`` (default 20 s), ending at a whole
 pass over the prompts. ``trials`` (default 3) repeats it all. Per server and level it
@@ -16,7 +16,7 @@ measures output tokens/s, TTFT, TPOT (``(latency - TTFT) / (tokens - 1)``, as ``
 serve``), ITL (the gaps between stream chunks) with p50/p99; around every level it scrapes
 ``/metrics`` for the spec-decode counter deltas (:mod:`pipeline.vllm.metrics`): acceptance
 rate, mean acceptance length, per-position acceptance. A trial's speedup at a level is the
-candidate's tokens/s over the baseline's in that trial (:mod:`.bench_trials`); the level
+candidate's tokens/s over the baseline's in that trial (:mod:`pipeline.eagle3.serving.trials`); the level
 reports the median and the smallest and largest trial of every figure, and is *unstable*
 when its speedups spread more than ``spread_tolerance`` (default 10%) of their median.
 ``output_len`` fixes every answer's length (``ignore_eos``) instead of natural lengths
@@ -59,11 +59,11 @@ import sys
 from pathlib import Path
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
-from pipeline.eagle3.bench_prompts import load_prompts, request_bodies
-from pipeline.eagle3.bench_report import fmt
-from pipeline.eagle3.bench_results import Server, conclude, read_sweep
-from pipeline.eagle3.bench_trials import BASELINE, DEFAULT_TOLERANCE
-from pipeline.eagle3.load_levels import Interrupted, Level, run_level
+from pipeline.eagle3.serving.load_levels import Interrupted, Level, run_level
+from pipeline.eagle3.serving.prompts import load_prompts, request_bodies
+from pipeline.eagle3.serving.report import fmt
+from pipeline.eagle3.serving.results import Server, conclude, read_sweep
+from pipeline.eagle3.serving.trials import BASELINE, DEFAULT_TOLERANCE
 from pipeline.errors import ActionError
 from pipeline.served_gates import BENCH_LEVELS
 from pipeline.vllm.metrics import SpecSnapshot, spec_delta, spec_snapshot

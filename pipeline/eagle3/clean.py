@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
-from pipeline.eagle3.chat import THINK_CLOSE, THINK_OPEN, split_think, think_problem
 from pipeline.eagle3.common import log, resolve_jsonl
+from pipeline.eagle3.text.chat import THINK_CLOSE, THINK_OPEN, split_think, think_problem
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.clean"

@@ -25,7 +25,7 @@ Output: ``OUT/config.json`` + ``OUT/model.safetensors`` in one of two formats.
     weights: layers.0.*, fc.weight, norm.weight, lm_head.weight, d2t, t2d
 
 A P-EAGLE checkpoint (``train --method peagle``) exports only as speculators, the format
-vLLM 0.26.0 reads it in (:mod:`.peagle`): ``architectures ["PEagleSpeculator"]``,
+vLLM 0.26.0 reads it in (:mod:`pipeline.eagle3.model.peagle`): ``architectures ["PEagleSpeculator"]``,
 ``speculators_model_type "peagle"``, ``mask_token_id`` (required by vLLM: its proposer's
 ``pard_token``), ``norm_before_fc`` false, ``speculators_config.algorithm "peagle"``, and
 the weights above plus ``mask_hidden`` ``[1, 1, 3Ht]``; served with
@@ -33,7 +33,7 @@ the weights above plus ``mask_hidden`` ``[1, 1, 3Ht]``; served with
 
 ``embed_tokens`` is left out unless ``--include-embeddings``: vLLM then shares the verifier's
 (the drafter's copy is frozen and identical). Checks: ``d2t``/``t2d`` present and consistent;
-the directory loads back (:func:`.drafter.load_drafter`) and gives bit-identical logits to the
+the directory loads back (:func:`pipeline.eagle3.model.drafter.load_drafter`) and gives bit-identical logits to the
 checkpoint cast to the export dtype, through both the unrolled and the KV-cache forward.
 """
 
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
-from pipeline.eagle3.drafter_files import EAGLE_ARCH, SPECULATORS_ARCHS
+from pipeline.eagle3.model.drafter_files import EAGLE_ARCH, SPECULATORS_ARCHS
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.export"
@@ -173,8 +173,8 @@ def run(args: argparse.Namespace) -> StageResult:
     import torch
     from safetensors.torch import save_file
 
-    from pipeline.eagle3.datafiles import mapping_problem
-    from pipeline.eagle3.drafter import load_drafter
+    from pipeline.eagle3.model.drafter import load_drafter
+    from pipeline.eagle3.text.datafiles import mapping_problem
 
     result = StageResult(action=ACTION)
     ckpt = resolve_checkpoint(Path(args.checkpoint))

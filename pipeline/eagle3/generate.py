@@ -1,6 +1,6 @@
 """Action ``eagle3.generate``: answer prompts with the verifier; keep its reasoning.
 
-Input: prompts JSONL in a documented shape (:mod:`.chat`). Output: ``OUT/samples.jsonl``, one
+Input: prompts JSONL in a documented shape (:mod:`pipeline.eagle3.text.chat`). Output: ``OUT/samples.jsonl``, one
 sample a line::
 
     {"id": "q00001", "messages": [..prompt.., {"role": "assistant", "content": "<think>..</think>.."}],
@@ -18,7 +18,7 @@ of samples whose reasoning was kept must reach ``--min-reasoning-capture`` (defa
 
 The local backend places a verifier bigger than one device with ``--device-map``/
 ``--max-memory`` or ``--tp-plan auto`` under torchrun (rank 0 writes), printing the memory
-plan (weights, activations and the KV cache at ``--batch-size``) first (:mod:`.placement`).
+plan (weights, activations and the KV cache at ``--batch-size``) first (:mod:`pipeline.eagle3.hardware.placement`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, make_parser, run_action
-from pipeline.eagle3.chat import THINK_OPEN, Prompt, assemble, parse_prompt
 from pipeline.eagle3.common import (
     DTYPES,
     Progress,
@@ -43,8 +42,9 @@ from pipeline.eagle3.common import (
     pick_dtype,
     read_jsonl,
 )
-from pipeline.eagle3.distributed import rank
-from pipeline.eagle3.placement import add_placement_args, placement_from_args
+from pipeline.eagle3.hardware.distributed import rank
+from pipeline.eagle3.hardware.placement import add_placement_args, placement_from_args
+from pipeline.eagle3.text.chat import THINK_OPEN, Prompt, assemble, parse_prompt
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.generate"
@@ -212,7 +212,7 @@ def _run_local(args: argparse.Namespace, todo: list[Prompt], out: Path,
                writes: bool = True) -> int:
     import torch
 
-    from pipeline.eagle3.memory_plan import Workload, load_placed
+    from pipeline.eagle3.hardware.memory_plan import Workload, load_placed
 
     placement = placement_from_args(args, pick_device(args.device))
     tok = load_tokenizer(Path(args.verifier))
@@ -263,7 +263,7 @@ def _run_local(args: argparse.Namespace, todo: list[Prompt], out: Path,
 
 
 def _run_openai(args: argparse.Namespace, todo: list[Prompt], out: Path) -> int:
-    from pipeline.eagle3.openai_backend import OpenAIBackend, RequestFailed
+    from pipeline.eagle3.text.openai_backend import OpenAIBackend, RequestFailed
 
     backend = OpenAIBackend(endpoint=args.endpoint, model=args.model,
                             api_key=os.environ.get(args.api_key_env) or None,

@@ -1,7 +1,7 @@
 """Action ``eagle3.hidden_states``: run the verifier, save the aux layers and the last layer.
 
 Input: tokenize's ``tokens.safetensors`` and the verifier. Output: ``OUT/shard-*.safetensors``
-and ``OUT/index.json`` (:mod:`.shards` describes the format).
+and ``OUT/index.json`` (:mod:`pipeline.eagle3.states.shards` describes the format).
 
 Aux layers default to vLLM's ``[2, N//2, N-3]`` for an ``N``-layer verifier. Id ``k`` is the
 *input* of decoder layer ``k`` (Hugging Face ``output_hidden_states[k]``); SGLang/SpecForge
@@ -19,12 +19,12 @@ bandwidth and the time the forward waited for the writer, and says when the disk
 bottleneck (then ``train --online`` writes nothing at all).
 
 A verifier bigger than one device: ``--device-map``/``--max-memory`` (accelerate's
-placement) or ``--tp-plan auto`` under torchrun (rank 0 writes), see :mod:`.placement`. The
+placement) or ``--tp-plan auto`` under torchrun (rank 0 writes), see :mod:`pipeline.eagle3.hardware.placement`. The
 memory plan is printed before loading.
 
 ``--backend vllm`` runs the verifier inside vLLM instead (its ``extract_hidden_states``
 method: the checkpoint as shipped, FP8/INT4 too, ``--tensor-parallel-size``) and writes the
-same shards through the same writer; :mod:`.hidden_states_vllm` holds it and is the only
+same shards through the same writer; :mod:`pipeline.eagle3.states.vllm_backend` holds it and is the only
 module that imports vLLM, when that backend runs.
 
 Resumable: shard boundaries are fixed by the tokens file and ``--shard-tokens``; existing
@@ -54,13 +54,19 @@ from pipeline.eagle3.common import (
     pick_dtype,
     verifier_config,
 )
-from pipeline.eagle3.datafiles import read_tokens
-from pipeline.eagle3.disk_estimate import offline_bytes
-from pipeline.eagle3.extraction import open_shard, plan_batches, shard_series, write_report
-from pipeline.eagle3.memory_plan import Workload, load_placed, measured_peaks, peaks_line
-from pipeline.eagle3.placement import add_placement_args, placement_from_args
-from pipeline.eagle3.shard_writer import WRITE_METHODS, WritePipeline
-from pipeline.eagle3.shards import INDEX, SHARD_FORMAT, shard_name, validate_shard
+from pipeline.eagle3.hardware.memory_plan import Workload, load_placed, measured_peaks, peaks_line
+from pipeline.eagle3.hardware.placement import add_placement_args, placement_from_args
+from pipeline.eagle3.plan.disk_estimate import offline_bytes
+from pipeline.eagle3.states.extraction import (
+    Capture,
+    open_shard,
+    plan_batches,
+    shard_series,
+    write_report,
+)
+from pipeline.eagle3.states.shard_writer import WRITE_METHODS, WritePipeline
+from pipeline.eagle3.states.shards import INDEX, SHARD_FORMAT, shard_name, validate_shard
+from pipeline.eagle3.text.datafiles import read_tokens
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.hidden_states"
@@ -117,45 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class Capture:
-    """Forward pre-hooks that keep the inputs of the aux decoder layers.
-
-    ``__call__`` runs the body only and returns ``(aux list, last)`` with ``last`` the output of
-    the final norm, all on ``out_device`` (the layers of a verifier spread by a device map
-    sit on several devices). Nothing is cloned: the layers make new tensors rather than
-    writing into their inputs, so holding a reference is enough.
-    """
-
-    def __init__(self, model: Any, aux_layers: list[int], out_device: Any = None):
-        self.body = model.model
-        self.aux_layers = aux_layers
-        self.out_device = out_device
-        self._store: dict[int, Any] = {}
-        self._handles = [self.body.layers[k].register_forward_pre_hook(self._hook(k),
-                                                                       with_kwargs=True)
-                         for k in sorted(set(aux_layers))]
-
-    def _hook(self, k: int):
-        def hook(_module, args, kwargs):
-            self._store[k] = args[0] if args else kwargs["hidden_states"]
-        return hook
-
-    def __call__(self, input_ids: Any) -> tuple[list[Any], Any]:
-        self._store.clear()
-        out = self.body(input_ids=input_ids, use_cache=False)
-        aux = [self._store[k] for k in self.aux_layers]
-        last = out.last_hidden_state
-        self._store.clear()
-        if self.out_device is not None:
-            aux = [a.to(self.out_device) for a in aux]
-            last = last.to(self.out_device)
-        return aux, last
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-
-
 def plan_shards(offsets: Any, n: int, shard_tokens: int) -> list[tuple[int, int]]:
     """``[(first_sample, end_sample), ...]`` cutting after ``shard_tokens`` tokens."""
     plan, start, acc = [], 0, 0
@@ -186,7 +153,7 @@ def run(args: argparse.Namespace) -> StageResult:
     n = len(tokens["ids"]) if args.limit is None else min(args.limit, len(tokens["ids"]))
     engine = args.backend == "vllm"
     if engine:
-        from pipeline.eagle3 import hidden_states_vllm
+        from pipeline.eagle3.states import vllm_backend as hidden_states_vllm
 
         hidden_states_vllm.check_args(args)
         placement = None
@@ -299,7 +266,7 @@ def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], tod
 
     Per batch, on the GPU: body forward with the capture hooks, gather the real tokens with a
     precomputed index (no host sync), cast, and copy into a pinned buffer on a side stream.
-    On the writer's side (:class:`.shard_writer.WritePipeline`): wait for that copy, write
+    On the writer's side (:class:`pipeline.eagle3.states.shard_writer.WritePipeline`): wait for that copy, write
     the rows into the shard file, give the buffer back. ``device`` is where the inputs go
     and the states gather (the embedding's device under a device map). ``writes`` False
     (tensor-parallel ranks other than 0) runs the forwards only.

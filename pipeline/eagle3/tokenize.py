@@ -2,7 +2,7 @@
 
 Input: clean's ``samples.jsonl`` and the verifier directory (its tokenizer and chat template).
 Output in ``OUT``: ``tokens.safetensors`` + ``index.jsonl`` and ``freqs.safetensors``
-(:mod:`.datafiles` describes them).
+(:mod:`pipeline.eagle3.text.datafiles` describes them).
 
 Modes:
 
@@ -33,7 +33,7 @@ from pipeline.eagle3.common import (
     resolve_jsonl,
     verifier_config,
 )
-from pipeline.eagle3.datafiles import write_freqs, write_tokens
+from pipeline.eagle3.text.datafiles import write_freqs, write_tokens
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.tokenize"

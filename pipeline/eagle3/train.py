@@ -2,18 +2,18 @@
 
 Input: hidden-state shards, the vocab mapping and the verifier (embeddings, lm_head, shape).
 Output in ``OUT``: ``checkpoints/epoch-NNN/`` (``model.safetensors`` + ``drafter_config.json``,
-loadable with :func:`.drafter.load_drafter`, and ``trainer.pt`` with optimizer, schedule and
+loadable with :func:`pipeline.eagle3.model.drafter.load_drafter`, and ``trainer.pt`` with optimizer, schedule and
 history) after every epoch, and ``state.json`` naming the latest. Export turns a checkpoint
 into what vLLM loads.
 
 The drafter (docs/eagle3.md, "train"): ``fc`` 3Ht -> H, one decoder layer with 2H attention input,
 norm, ``lm_head`` over the draft vocab from the verifier's rows (frozen), the verifier's
 embeddings (frozen). Loss: ``--ttt-steps`` unrolled steps against the verifier's distribution
-restricted to the draft vocab (:mod:`.ttt`). AdamW (fused on GPU) with linear warmup and
+restricted to the draft vocab (:mod:`pipeline.eagle3.training.ttt`). AdamW (fused on GPU) with linear warmup and
 cosine decay, gradient clipping, bf16 autocast on GPU.
 
 ``--method peagle`` trains a P-EAGLE drafter for vLLM's parallel drafting
-(:mod:`.peagle`): the same network plus a learned ``mask_hidden``; position 1 reads the
+(:mod:`pipeline.eagle3.model.peagle`): the same network plus a learned ``mask_hidden``; position 1 reads the
 verifier's states, positions 2..k the mask token (``--mask-token-id``, else chosen from
 the data and recorded) and ``fc(mask_hidden)``, all ``k`` depths of every position in one
 forward with the attention vLLM's single drafting forward has. Each depth weighs the same
@@ -29,9 +29,9 @@ Multi-GPU: run under ``torchrun --nproc-per-node N -m pipeline.eagle3.train ...`
 each rank takes every N-th batch; rank 0 writes).
 
 Online (``--online --tokens DIR`` in place of ``--hidden-states``): the frozen verifier runs
-in this process, batch by batch, and no shard is written (:mod:`.online`); same batches,
+in this process, batch by batch, and no shard is written (:mod:`pipeline.eagle3.training.online`); same batches,
 resume and held-out evaluation as offline. ``--device-map``/``--max-memory`` spread that
-verifier over devices (:mod:`.placement`); ``--device`` is the drafter's.
+verifier over devices (:mod:`pipeline.eagle3.hardware.placement`); ``--device`` is the drafter's.
 
 Checks: every epoch finished; held-out position-1 accuracy reaches ``--min-acc1``.
 """
@@ -48,10 +48,10 @@ from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, json_arg, make_parser, run_action
 from pipeline.eagle3.common import DTYPES, atomic_write_text, guard_config, log
-from pipeline.eagle3.distributed import Dist, wrap_ddp
-from pipeline.eagle3.peagle import METHODS
-from pipeline.eagle3.placement import add_placement_args
-from pipeline.eagle3.train_setup import build_drafter, online_data
+from pipeline.eagle3.hardware.distributed import Dist, wrap_ddp
+from pipeline.eagle3.hardware.placement import add_placement_args
+from pipeline.eagle3.model.peagle import METHODS
+from pipeline.eagle3.training.train_setup import build_drafter, online_data
 from pipeline.errors import ActionError
 from pipeline.series import emit
 
@@ -144,9 +144,14 @@ def run(args: argparse.Namespace) -> StageResult:
     import torch
 
     from pipeline.eagle3.common import verifier_config
-    from pipeline.eagle3.drafter import save_checkpoint_weights, verifier_matrix
-    from pipeline.eagle3.train_data import Prefetcher, TrainData
-    from pipeline.eagle3.ttt import TTTLoss, acceptance_length, position_accuracy, summarize
+    from pipeline.eagle3.model.drafter import save_checkpoint_weights, verifier_matrix
+    from pipeline.eagle3.training.train_data import Prefetcher, TrainData
+    from pipeline.eagle3.training.ttt import (
+        TTTLoss,
+        acceptance_length,
+        position_accuracy,
+        summarize,
+    )
 
     if not 1 <= args.ttt_steps <= 16:
         raise ActionError(f"--ttt-steps must be in 1..16 (3..7 is usual), got {args.ttt_steps}")
@@ -198,7 +203,7 @@ def run(args: argparse.Namespace) -> StageResult:
     if args.attn == "flex" and not on_gpu:
         raise ActionError("--attn flex needs a GPU (its backward does not run on the CPU)")
     if on_gpu and args.compile_loss:
-        from pipeline.eagle3.ttt import compile_loss
+        from pipeline.eagle3.training.ttt import compile_loss
 
         compile_loss(True)
     if on_gpu and args.compile_blocks:
@@ -353,7 +358,7 @@ def run(args: argparse.Namespace) -> StageResult:
         result.metrics["memory_plan"] = plan.to_json()
         result.metrics["offline_bytes_avoided"] = data.offline_bytes
     result.metrics["train_seconds"] = round(time.perf_counter() - t_train, 2)
-    from pipeline.eagle3.memory_plan import measured_peaks
+    from pipeline.eagle3.hardware.memory_plan import measured_peaks
 
     peaks = measured_peaks()  # this rank's devices: the verifier's too, online
     if peaks:
@@ -432,7 +437,7 @@ def _save(out: Path, epoch: int, drafter, optimizer, scheduler, history, digest,
 def _resume(out: Path, drafter, optimizer, scheduler, device) -> tuple[int, list]:
     import torch
 
-    from pipeline.eagle3.drafter_files import load_safetensors
+    from pipeline.eagle3.model.drafter_files import load_safetensors
 
     state_file = out / STATE
     if not state_file.exists():

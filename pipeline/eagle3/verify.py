@@ -3,12 +3,12 @@
 Three layers of named checks, each with the measured value, the expected value and a line
 saying what to do:
 
-1. structural (:mod:`.checks_structural`): config, keys, shapes, dtypes, NaN/Inf, the
+1. structural (:mod:`pipeline.eagle3.checks.structural`): config, keys, shapes, dtypes, NaN/Inf, the
    ``d2t``/``t2d`` invariants and lm_head rows against the verifier's; seconds, no GPU,
    weights streamed one tensor at a time;
-2. compatibility (:mod:`.checks_compat`): the host's vLLM asked whether it serves this pair
+2. compatibility (:mod:`pipeline.eagle3.checks.compat`): the host's vLLM asked whether it serves this pair
    (the table of known rules when vLLM is absent, said as such);
-3. functional (:mod:`.checks_functional`, with ``--functional``, the default): on held-out
+3. functional (:mod:`pipeline.eagle3.checks.functional`, with ``--functional``, the default): on held-out
    prompts, teacher-forced per-position acceptance, a free-running greedy chain
    speculative decoding loop that must reproduce plain greedy decoding token for token,
    vLLM's acceptance metrics, the measured cost of draft and verify steps and the
@@ -50,7 +50,7 @@ from pipeline.actions import (
     table_note,
     write_result,
 )
-from pipeline.eagle3.placement import add_placement_args
+from pipeline.eagle3.hardware.placement import add_placement_args
 from pipeline.errors import ActionError
 from pipeline.series import emit
 from pipeline.served_gates import VERIFY_K
@@ -116,13 +116,13 @@ def _command(value: Any) -> list[str] | None:
 
 
 def run(args: argparse.Namespace, log: Any = None) -> StageResult:
-    from pipeline.eagle3.checkpoint_files import (
+    from pipeline.eagle3.checks.compat import compatibility_checks
+    from pipeline.eagle3.checks.structural import structural_checks
+    from pipeline.eagle3.model.checkpoint_files import (
         VerifierInfo,
         resolve_checkpoint_dir,
         sha256_files,
     )
-    from pipeline.eagle3.checks_compat import compatibility_checks
-    from pipeline.eagle3.checks_structural import structural_checks
 
     log = log or (lambda msg: print(msg, flush=True))
     t0 = time.perf_counter()
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace, log: Any = None) -> StageResult:
         raise ActionError("the functional checks need held-out prompts: give --data (or "
                           "--no-functional)")
     if args.functional:
-        from pipeline.eagle3.placement import placement_from_args
+        from pipeline.eagle3.hardware.placement import placement_from_args
 
         placement_from_args(args, None)  # a bad flag fails before any check runs
     verifier = VerifierInfo.read(Path(args.verifier))
@@ -189,11 +189,11 @@ def _functional(args: argparse.Namespace, checkpoint: Path, layout: Any,
                 result: StageResult, log: Any) -> tuple[list[Any], str]:
     import torch
 
-    from pipeline.eagle3.checks_functional import FunctionalSettings, run_functional
+    from pipeline.eagle3.checks.functional import FunctionalSettings, run_functional
     from pipeline.eagle3.common import load_tokenizer, pick_device, pick_dtype
-    from pipeline.eagle3.heldout import load_heldout
-    from pipeline.eagle3.memory_plan import Workload, load_placed
-    from pipeline.eagle3.placement import placement_from_args
+    from pipeline.eagle3.hardware.memory_plan import Workload, load_placed
+    from pipeline.eagle3.hardware.placement import placement_from_args
+    from pipeline.eagle3.text.heldout import load_heldout
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -2,7 +2,7 @@
 
 Input: tokenize's ``freqs.safetensors`` and the verifier (for its vocab size). Output:
 ``vocab.safetensors`` with ``d2t`` int64 ``[draft_vocab]`` and ``t2d`` bool
-``[target_vocab]`` (:mod:`.datafiles`).
+``[target_vocab]`` (:mod:`pipeline.eagle3.text.datafiles`).
 
 The draft vocab is the ``--draft-vocab`` most frequent target ids over loss-masked tokens,
 sorted ascending; equal counts go to the lower id, so the result never depends on sort
@@ -23,7 +23,7 @@ from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
 from pipeline.eagle3.common import verifier_config
-from pipeline.eagle3.datafiles import mapping_problem, read_freqs, write_vocab
+from pipeline.eagle3.text.datafiles import mapping_problem, read_freqs, write_vocab
 from pipeline.errors import ActionError
 
 ACTION = "eagle3.vocab"

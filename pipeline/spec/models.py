@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -27,7 +28,7 @@ from pydantic import (
 )
 from pydantic_core import core_schema
 
-from pipeline.actions import BUILTIN_ACTIONS, params_to_argv
+from pipeline.actions import BUILTIN_ACTIONS, canonical_action, params_to_argv
 from pipeline.errors import SpecError
 from pipeline.gates import Gate, read_gate
 from pipeline.spec.durations import parse_duration
@@ -209,7 +210,9 @@ class Stage(_Model):
     todo: StrictStr | None = None
     priority: PriorityName = "medium"
     needs: StrList = Field(default_factory=list)
-    action: StrictStr | None = None
+    # an old name (eagle3.verifier) is read as the one it became, so the stage, its todo
+    # and its history carry one name
+    action: Annotated[StrictStr, AfterValidator(canonical_action)] | None = None
     with_: dict[str, Any] | None = Field(default=None, alias="with")
     run: StrictStr | None = None
     host: StrictStr | None = None

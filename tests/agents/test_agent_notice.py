@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness import todos
 from harness.agents import notice as agent_notice
-from harness.agents.claude_tasks import task_labels
+from harness.agents.claude.tasks import task_labels
 from state.store import Store
 
 AGENT = "agent:claude-code"
@@ -70,7 +70,7 @@ def test_take_in_commits_with_the_callers_write_and_bounds_the_text(store: Store
 
 def test_each_line_names_the_item_as_the_agent_knows_it(store: Store) -> None:
     """The agent's own id from the labeler, the text it last knew (shortened), our t id."""
-    from harness.agents.claude_tasks import create_task, load_map
+    from harness.agents.claude.tasks import create_task, load_map
 
     sid = _session(store)
     long = "Regenerate the 10K training samples with the reasoning kept, then " \

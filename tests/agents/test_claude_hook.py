@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from harness.agents.claude import created_task_id
+from harness.agents.claude.hooks import created_task_id
 from state.store import Store
 from tests.conftest import DATA, harness_subprocess
 
@@ -379,7 +379,7 @@ def test_hooks_do_not_load_the_mcp_sdk() -> None:
 
     from tests.conftest import ROOT
 
-    probe = ("import sys, harness.cli.main, harness.agents.claude, harness.agents.codex_watch; "
+    probe = ("import sys, harness.cli.main, harness.agents.claude.hooks, harness.agents.codex.watch; "
              "print(sorted(m for m in ('mcp', 'mcp_types', 'jsonschema', 'anyio') "
              "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

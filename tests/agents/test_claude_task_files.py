@@ -1,4 +1,4 @@
-"""People's changes written into Claude Code's own task files (harness/agents/claude_task_files.py)
+"""People's changes written into Claude Code's own task files (harness/agents/claude/task_files.py)
 through the real `harness hook claude-code` (PreToolUse of TaskList), and completed tasks
 kept when Claude Code drops their files. The real Claude Code reading those files is in
 tests/agents/real/test_claude_code.py."""

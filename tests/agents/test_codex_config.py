@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.agents.codex_config import set_value, tomllib
+from harness.agents.codex.config import set_value, tomllib
 from harness.errors import InputError
 
 

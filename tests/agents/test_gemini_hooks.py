@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from harness import todos as uc
-from harness.agents import gemini
-from harness.agents.gemini_compress import compression_due, last_prompt_tokens
+from harness.agents.gemini import hooks as gemini
+from harness.agents.gemini.compress import compression_due, last_prompt_tokens
 from harness.context import Harness
 from state.store import Store
 from tests.conftest import harness_subprocess

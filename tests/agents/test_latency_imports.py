@@ -100,7 +100,7 @@ def test_the_fast_route_parses_exactly_what_it_knows() -> None:
 
 
 def test_the_store_modules_do_not_import_sqlalchemy() -> None:
-    code = ("import sys, state.store, state.readers, state.tx, state.connection; "
+    code = ("import sys, state.store, state.read.readers, state.tx, state.db.connection; "
             "print(sorted(m for m in ('sqlalchemy', 'sqlmodel') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={"PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=60)

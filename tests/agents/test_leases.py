@@ -18,7 +18,7 @@ from harness.agents.leases import heartbeat, renew
 from harness.agents.notice import take
 from state.fold import LEASE_EXPIRED
 from state.leases import LEASE_ACTOR
-from state.rebuild import rebuild
+from state.maintain.rebuild import rebuild
 from state.store import Store
 from tests.agents.lease_race import RaceReport, judge
 from tests.agents.mcp_client import data, mcp_session

@@ -14,7 +14,7 @@ import sys
 import harness.cli.hot as hot
 import harness.context as context
 import harness.formats as formats
-import state.connection as connection
+import state.db.connection as connection
 from harness.cli.main import main
 
 point, args = sys.argv[1], sys.argv[2:]

@@ -43,7 +43,7 @@ def slow_disk(monkeypatch) -> None:
     import threading
     import time
 
-    from pipeline.eagle3 import shard_writer
+    from pipeline.eagle3.states import shard_writer
 
     waiting = threading.Event()
     real_write = shard_writer.StreamingShard._write_piece
@@ -74,7 +74,7 @@ def slow_disk(monkeypatch) -> None:
 
 def synthetic_samples(n: int, seed: int) -> list[dict[str, Any]]:
     """Generate-shaped samples with known-good reasoning (from the task generator itself)."""
-    from pipeline.eagle3 import synthetic
+    from pipeline.eagle3.text import synthetic
 
     words = synthetic.stdlib_words(synthetic.stdlib_files(6))
     out = []
@@ -94,7 +94,7 @@ def write_jsonl(path: Path, rows: list[Any]) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_verifier(tmp_path_factory) -> dict[str, Path]:
-    from pipeline.eagle3 import verifier
+    from pipeline.eagle3 import build_verifier as verifier
 
     root = tmp_path_factory.mktemp("verifier")
     rc, result = run_stage(
@@ -151,7 +151,8 @@ def arch_pipeline(tmp_path_factory):
     a first dense layer, 4 routed experts + a shared one; ``qwen3``) built from its config by
     the verifier stage, and its data through tokenize -> hidden_states -> vocab, built on
     first use and kept for the session."""
-    from pipeline.eagle3 import hidden_states, tokenize, verifier, vocab
+    from pipeline.eagle3 import build_verifier as verifier
+    from pipeline.eagle3 import hidden_states, tokenize, vocab
 
     cache: dict[str, dict[str, Any]] = {}
 

@@ -13,8 +13,8 @@ from transformers import AutoModelForCausalLM
 
 from harness.gates import gate_items
 from pipeline.eagle3 import generate, verify
-from pipeline.eagle3.drafter import load_drafter, verifier_matrix
-from pipeline.eagle3.shards import ShardReader, list_shards
+from pipeline.eagle3.model.drafter import load_drafter, verifier_matrix
+from pipeline.eagle3.states.shards import ShardReader, list_shards
 from pipeline.spec.load import load_spec
 from pipeline.spec.params import check_params
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.eagle3.chat import assemble, parse_prompt, split_think, think_problem
-from pipeline.eagle3.openai_backend import RequestFailed, parse_response
+from pipeline.eagle3.text.chat import assemble, parse_prompt, split_think, think_problem
+from pipeline.eagle3.text.openai_backend import RequestFailed, parse_response
 from pipeline.errors import ActionError
 
 pytestmark = pytest.mark.ml

@@ -8,8 +8,8 @@ import shutil
 import pytest
 import yaml
 
-from pipeline.eagle3.datafiles import read_tokens
-from pipeline.eagle3.disk_estimate import estimates
+from pipeline.eagle3.plan.disk_estimate import estimates
+from pipeline.eagle3.text.datafiles import read_tokens
 from pipeline.spec.load import load_spec
 from tests.conftest import example_copy, run_cli
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.eagle3.drafter import DrafterCache, DrafterConfig, Eagle3Drafter, ttt_mask
-from pipeline.eagle3.ttt import SoftCrossEntropy, TTTLoss, step_weights
+from pipeline.eagle3.model.drafter import DrafterCache, DrafterConfig, Eagle3Drafter, ttt_mask
+from pipeline.eagle3.training.ttt import SoftCrossEntropy, TTTLoss, step_weights
 
 pytestmark = pytest.mark.ml
 

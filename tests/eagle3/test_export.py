@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from pipeline.eagle3 import export
-from pipeline.eagle3.drafter import load_drafter
 from pipeline.eagle3.export import round_trip_max_diff
+from pipeline.eagle3.model.drafter import load_drafter
 from pipeline.errors import ActionError
 
 from .conftest import ok

@@ -11,9 +11,9 @@ from transformers import AutoModelForCausalLM
 
 from pipeline.eagle3 import hidden_states, tokenize
 from pipeline.eagle3.common import default_aux_layers
-from pipeline.eagle3.datafiles import read_tokens
-from pipeline.eagle3.shards import ShardReader, list_shards, validate_shard
-from pipeline.eagle3.train_data import TrainData
+from pipeline.eagle3.states.shards import ShardReader, list_shards, validate_shard
+from pipeline.eagle3.text.datafiles import read_tokens
+from pipeline.eagle3.training.train_data import TrainData
 from pipeline.errors import ActionError
 from pipeline.series import parse
 
@@ -126,7 +126,7 @@ def test_truncated_shard_is_named(tiny_data, tmp_path):
 
 
 def test_nan_in_a_shard_fails_validation(tiny_data, tmp_path):
-    from pipeline.eagle3.datafiles import write_safetensors
+    from pipeline.eagle3.text.datafiles import write_safetensors
 
     src = ShardReader(tiny_data["hidden"] / "shard-00000.safetensors")
     rows = int(src.offsets[-1])
@@ -171,7 +171,7 @@ def test_streaming_shard_is_a_valid_safetensors_file(tmp_path, monkeypatch, meth
     """The in-place writer, with pieces small enough that the parallel path runs."""
     from safetensors.torch import load_file
 
-    from pipeline.eagle3 import shard_writer as shards
+    from pipeline.eagle3.states import shard_writer as shards
 
     monkeypatch.setattr(shards, "WRITE_PIECE", 64)
     torch.manual_seed(0)

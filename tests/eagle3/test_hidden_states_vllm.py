@@ -17,10 +17,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from pipeline.eagle3 import hidden_states, hidden_states_vllm
-from pipeline.eagle3.hidden_states_vllm import FinalNorm, engine_layer_ids, hf_states
-from pipeline.eagle3.shards import ShardReader, list_shards
-from pipeline.eagle3.train_data import TrainData
+from pipeline.eagle3 import hidden_states
+from pipeline.eagle3.states import vllm_backend as hidden_states_vllm
+from pipeline.eagle3.states.shards import ShardReader, list_shards
+from pipeline.eagle3.states.vllm_backend import FinalNorm, engine_layer_ids, hf_states
+from pipeline.eagle3.training.train_data import TrainData
 
 from .conftest import ok, run_stage
 
@@ -294,7 +295,7 @@ def test_real_vllm_matches_hf(tiny_data, tmp_path):
 def test_the_quantized_checkpoint_as_shipped(tiny_data, tmp_path, fmt):
     """What the backend reads itself from a shipped FP8/INT4 checkpoint (the final norm,
     the stored bytes) comes from the checkpoint as it is: the norm stays unquantized."""
-    from pipeline.eagle3.quantize_checkpoint import quantize_dir
+    from pipeline.eagle3.hardware.quantize_checkpoint import quantize_dir
 
     q, twin = tmp_path / fmt, tmp_path / "twin"
     quantize_dir(tiny_data["verifier"], q, fmt, twin=twin, int4_targets="all")  # a dense verifier
@@ -308,7 +309,7 @@ def test_the_quantized_checkpoint_as_shipped(tiny_data, tmp_path, fmt):
 
 
 def test_engine_groups_keep_the_order_and_the_bounds():
-    from pipeline.eagle3.hidden_states_vllm import engine_groups
+    from pipeline.eagle3.states.vllm_backend import engine_groups
 
     lengths = {i: n for i, n in enumerate([50, 40, 30, 30, 20, 10])}
     groups = engine_groups(list(lengths), lengths, batch_tokens=80, max_prompts=3)

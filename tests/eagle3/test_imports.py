@@ -33,7 +33,7 @@ def test_stage_modules_import_nothing_forbidden():
 
 
 def test_every_stage_answers_help():
-    for step in ("verifier", "generate", "clean", "tokenize", "hidden_states", "vocab", "train",
+    for step in ("build_verifier", "generate", "clean", "tokenize", "hidden_states", "vocab", "train",
                  "export", "verify"):
         out = subprocess.run([sys.executable, "-m", f"pipeline.eagle3.{step}", "--help"],
                              cwd=ROOT, capture_output=True, text=True,

@@ -12,10 +12,10 @@ from safetensors.torch import load_file
 
 from pipeline.eagle3 import train
 from pipeline.eagle3.common import load_verifier, pick_device
-from pipeline.eagle3.datafiles import read_tokens
-from pipeline.eagle3.disk_estimate import offline_bytes
-from pipeline.eagle3.online import OnlineData
-from pipeline.eagle3.train_data import TrainData
+from pipeline.eagle3.plan.disk_estimate import offline_bytes
+from pipeline.eagle3.text.datafiles import read_tokens
+from pipeline.eagle3.training.online import OnlineData
+from pipeline.eagle3.training.train_data import TrainData
 
 from .conftest import TRAIN_PARAMS, ok, run_stage
 

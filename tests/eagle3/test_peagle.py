@@ -10,9 +10,9 @@ import torch
 from safetensors.torch import load_file
 
 from pipeline.eagle3 import export, train
-from pipeline.eagle3.drafter import load_drafter
 from pipeline.eagle3.export import round_trip_max_diff
-from pipeline.eagle3.peagle import (
+from pipeline.eagle3.model.drafter import load_drafter
+from pipeline.eagle3.model.peagle import (
     choose_mask_token,
     drafter_input_counts,
     resolve_mask_token,

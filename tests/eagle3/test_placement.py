@@ -23,9 +23,9 @@ import torch
 
 from pipeline.eagle3 import generate, hidden_states, verify
 from pipeline.eagle3.common import pick_device
-from pipeline.eagle3.memory_plan import Workload, memory_plan
-from pipeline.eagle3.placement import Placement, meta_model, placement_from_args
-from pipeline.eagle3.shards import ShardReader, list_shards
+from pipeline.eagle3.hardware.memory_plan import Workload, memory_plan
+from pipeline.eagle3.hardware.placement import Placement, meta_model, placement_from_args
+from pipeline.eagle3.states.shards import ShardReader, list_shards
 from pipeline.errors import ActionError
 
 from .conftest import VERIFY_SMALL, ok, run_stage

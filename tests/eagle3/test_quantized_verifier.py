@@ -12,10 +12,11 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from pipeline.eagle3 import hidden_states, verifier
-from pipeline.eagle3.memory_plan import Workload, memory_plan, plan_or_fail
-from pipeline.eagle3.placement import Placement
-from pipeline.eagle3.quant_formats import (
+from pipeline.eagle3 import build_verifier as verifier
+from pipeline.eagle3 import hidden_states
+from pipeline.eagle3.hardware.memory_plan import Workload, memory_plan, plan_or_fail
+from pipeline.eagle3.hardware.placement import Placement
+from pipeline.eagle3.hardware.quant_formats import (
     dequantize_state,
     fp8_dequantize,
     fp8_quantize,
@@ -24,9 +25,9 @@ from pipeline.eagle3.quant_formats import (
     quant_format,
     stored_weight_bytes,
 )
-from pipeline.eagle3.quant_support import holding
-from pipeline.eagle3.quantize_checkpoint import quantize_dir, read_state
-from pipeline.eagle3.verifier_shapes import weight_shapes
+from pipeline.eagle3.hardware.quant_support import holding
+from pipeline.eagle3.hardware.quantize_checkpoint import quantize_dir, read_state
+from pipeline.eagle3.model.verifier_shapes import weight_shapes
 from pipeline.errors import ActionError
 from tests.conftest import run_cli
 
@@ -139,7 +140,7 @@ def test_transformers_loads_them_on_the_cpu(models, name):
 def test_hidden_states_stage_on_a_quantized_verifier(tiny_data, tmp_path):
     """The stage itself, on FP8 and INT4 forms of the tiny pipeline's verifier: the shards
     equal those of the dequantized twin (on the CPU transformers computes dense)."""
-    from pipeline.eagle3.shards import ShardReader, list_shards
+    from pipeline.eagle3.states.shards import ShardReader, list_shards
 
     v = tiny_data["verifier"]
     got = {}
@@ -202,7 +203,7 @@ def test_memory_plan_counts_what_transformers_holds(models):
 def test_memory_plan_counts_fp8_as_stored_where_kept():
     """On a GPU that keeps FP8 (compute capability >= 8.9) the plan counts e4m3 values and
     fp32 block scales: here the holding is made as that GPU's would be."""
-    from pipeline.eagle3.quant_support import STORED, Holding
+    from pipeline.eagle3.hardware.quant_support import STORED, Holding
 
     fmt = quant_format({"quantization_config": {"quant_method": "fp8",
                                                 "weight_block_size": [128, 128]}})
@@ -284,7 +285,7 @@ def test_check_plan_with_a_missing_config_is_one_line(tmp_path):
 
 
 def test_builder_cli_refuses_bad_input_in_one_line(models, tmp_path, capsys):
-    from pipeline.eagle3 import quantize_checkpoint
+    from pipeline.eagle3.hardware import quantize_checkpoint
 
     rc = quantize_checkpoint.main(["--verifier", str(models["llama-fp8"]), "--format", "int4",
                                    "--out", str(tmp_path / "o")])
@@ -300,7 +301,7 @@ def test_fp8_on_a_gpu_needs_its_kernel(monkeypatch):
     """The branches of what transformers holds on a GPU, with the capability and the
     kernel's availability given (this machine has no GPU): kept as stored at >= 8.9,
     dequantized below, refused in one line when the kernel cannot be had."""
-    from pipeline.eagle3 import quant_support
+    from pipeline.eagle3.hardware import quant_support
 
     fmt = quant_format({"quantization_config": {"quant_method": "fp8",
                                                 "weight_block_size": [128, 128]}})
@@ -320,7 +321,7 @@ def test_fp8_on_a_gpu_needs_its_kernel(monkeypatch):
 
 def test_fp8_kernel_probe_without_the_kernels_package():
     """On this machine (no GPU, no `kernels` package) the probe names why, in one line."""
-    from pipeline.eagle3.quant_support import _fp8_kernel_problem
+    from pipeline.eagle3.hardware.quant_support import _fp8_kernel_problem
 
     problem = _fp8_kernel_problem()
     pytest.importorskip("transformers.integrations.finegrained_fp8")

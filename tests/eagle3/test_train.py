@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from pipeline.eagle3 import export, train, vocab
-from pipeline.eagle3.drafter import load_drafter
+from pipeline.eagle3.model.drafter import load_drafter
 from pipeline.series import parse
 
 from .conftest import TRAIN_PARAMS, ok, run_stage

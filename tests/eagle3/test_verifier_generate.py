@@ -9,8 +9,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline.eagle3 import generate, tokenize, verifier
-from pipeline.eagle3.datafiles import read_freqs, read_tokens
+from pipeline.eagle3 import build_verifier as verifier
+from pipeline.eagle3 import generate, tokenize
+from pipeline.eagle3.text.datafiles import read_freqs, read_tokens
 from pipeline.eagle3.tokenize import Masker
 
 from .conftest import ok, run_stage, synthetic_samples, write_jsonl

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pipeline.eagle3 import vocab
-from pipeline.eagle3.datafiles import mapping_problem, read_vocab, write_freqs
+from pipeline.eagle3.text.datafiles import mapping_problem, read_vocab, write_freqs
 from pipeline.eagle3.vocab import build_mapping
 
 from .conftest import run_stage
@@ -71,7 +71,7 @@ def test_draft_vocab_larger_than_target(tiny_data, tmp_path):
 
 
 def test_inconsistent_mapping_file_is_refused(tmp_path):
-    from pipeline.eagle3.datafiles import write_vocab
+    from pipeline.eagle3.text.datafiles import write_vocab
     from pipeline.errors import ActionError
 
     d2t, t2d = build_mapping(torch.arange(10), 4)

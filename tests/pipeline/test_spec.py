@@ -110,6 +110,18 @@ def test_builtin_command_keeps_params_as_argv_items(tmp_path: Path) -> None:
                                             "--result", "result.json"]
 
 
+def test_the_verifier_building_action_keeps_its_old_name_as_an_alias(tmp_path: Path) -> None:
+    old = parse_spec({"pipeline": "x", "stages": [
+        {"name": "verifier", "action": "eagle3.verifier", "with": {"out": "v"}}]})
+    new = parse_spec({"pipeline": "x", "stages": [
+        {"name": "verifier", "action": "eagle3.build_verifier", "with": {"out": "v"}}]})
+    assert old.stages[0].action == new.stages[0].action == "eagle3.build_verifier"
+    assert old.stages[0].command(HostSpec())[:3] == ["python3", "-m",
+                                                     "pipeline.eagle3.build_verifier"]
+    err = error_for(tmp_path, "pipeline: x\nstages:\n  - {name: v, action: eagle3.verifyer}\n")
+    assert "unknown action 'eagle3.verifyer'" in str(err)
+
+
 def test_run_command_is_the_users_text_under_bash(tmp_path: Path) -> None:
     p = load_spec(write(tmp_path, EXAMPLE))
     note = p.stage("note_done")

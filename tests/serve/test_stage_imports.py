@@ -10,9 +10,9 @@ import sys
 from tests.conftest import ROOT
 
 MODULES = ["pipeline.eagle3.preflight", "pipeline.eagle3.serve", "pipeline.eagle3.benchmark",
-           "pipeline.eagle3.load_levels", "pipeline.eagle3.bench_report", "pipeline.eagle3.heldout",
-           "pipeline.eagle3.bench_prompts", "pipeline.eagle3.bench_trials",
-           "pipeline.eagle3.bench_tables", "pipeline.eagle3.bench_results",
+           "pipeline.eagle3.serving.load_levels", "pipeline.eagle3.serving.report", "pipeline.eagle3.text.heldout",
+           "pipeline.eagle3.serving.prompts", "pipeline.eagle3.serving.trials",
+           "pipeline.eagle3.serving.tables", "pipeline.eagle3.serving.results",
            "pipeline.vllm.schedule", "pipeline.vllm.ready",
            "pipeline.vllm.compat", "pipeline.vllm.probe", "pipeline.vllm.drafter",
            "pipeline.vllm.metrics",

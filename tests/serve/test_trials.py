@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.gates import gate_items
-from pipeline.eagle3.bench_trials import Spread, verdicts
-from pipeline.eagle3.load_levels import Level
+from pipeline.eagle3.serving.load_levels import Level
+from pipeline.eagle3.serving.trials import Spread, verdicts
 from pipeline.gates import parse_gate
 from pipeline.vllm import schedule as sched
 from pipeline.vllm.openai_client import StreamTiming

@@ -54,7 +54,8 @@ PEAGLE = {**TRAIN, "method": "peagle"}
 
 def build(root: Path) -> dict[str, Any]:
     """Run the stages into ``root``; return the paths the tests use."""
-    from pipeline.eagle3 import clean, export, hidden_states, tokenize, train, verifier, vocab
+    from pipeline.eagle3 import build_verifier as verifier
+    from pipeline.eagle3 import clean, export, hidden_states, tokenize, train, vocab
     from tests.eagle3.conftest import ok, run_stage, synthetic_samples, write_jsonl
 
     rc, result = run_stage(verifier, root, out=root / "verifier",

@@ -15,9 +15,9 @@ import json
 
 import pytest
 
-from pipeline.eagle3.checkpoint_files import VerifierInfo
-from pipeline.eagle3.checks_structural import structural_checks
+from pipeline.eagle3.checks.structural import structural_checks
 from pipeline.eagle3.common import vllm_aux_order
+from pipeline.eagle3.model.checkpoint_files import VerifierInfo
 
 from .conftest import FUNCTIONAL, checks, run_verify, verify_params
 from .test_vllm_answers import harness_elsewhere

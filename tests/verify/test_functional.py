@@ -8,15 +8,15 @@ from contextlib import redirect_stdout
 import pytest
 import torch
 
+from pipeline.eagle3.checks.served_drafter import load_served, untrained_like
 from pipeline.eagle3.common import load_tokenizer, load_verifier
-from pipeline.eagle3.heldout import load_heldout
-from pipeline.eagle3.served_drafter import load_served, untrained_like
-from pipeline.eagle3.specdecode import (
+from pipeline.eagle3.model.specdecode import (
     DecodeStats,
     VerifierSteps,
     greedy_decode,
     speculative_decode,
 )
+from pipeline.eagle3.text.heldout import load_heldout
 from pipeline.series import parse
 
 from .conftest import checks, run_verify, verify_params

@@ -61,7 +61,7 @@ def sequence(good):
     import torch
 
     from pipeline.eagle3.common import load_tokenizer, load_verifier
-    from pipeline.eagle3.heldout import load_heldout
+    from pipeline.eagle3.text.heldout import load_heldout
 
     tok = load_tokenizer(good["verifier"])
     (prompt,) = load_heldout(good["prompts"], tok, samples=1)[0]
@@ -125,9 +125,9 @@ def test_vllm_loads_and_runs_the_export_as_we_do(vllm_python, good, sequence, tm
     import torch
     from safetensors.torch import save_file
 
-    from pipeline.eagle3.checkpoint_files import read_layout
+    from pipeline.eagle3.checks.served_drafter import load_served
     from pipeline.eagle3.common import vllm_aux_order
-    from pipeline.eagle3.served_drafter import load_served
+    from pipeline.eagle3.model.checkpoint_files import read_layout
     from pipeline.vllm.server import serve_argv
 
     drafter, prefix = _variant(good, tmp_path, kind)
@@ -215,7 +215,7 @@ def test_served_in_bfloat16_vllm_stays_within_the_bf16_tolerance(vllm_python, go
     import torch
     from safetensors.torch import save_file
 
-    from pipeline.eagle3.served_drafter import load_served
+    from pipeline.eagle3.checks.served_drafter import load_served
     from pipeline.vllm.server import serve_argv
 
     aux = torch.cat([sequence["hidden_states"][a][0] for a in (2, 3, 4)], dim=-1)
@@ -253,7 +253,7 @@ def _draft_step(model, ids, fc, token):
     """Our KV-cache path: the prefill rows into a cache, then the draft row alone."""
     import torch
 
-    from pipeline.eagle3.drafter import DrafterCache
+    from pipeline.eagle3.model.drafter import DrafterCache
 
     cache = DrafterCache()
     _l, pre = model.step(ids[None], fc[None], torch.arange(len(ids)), cache)

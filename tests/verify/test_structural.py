@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from pipeline.eagle3.checkpoint_files import VerifierInfo
-from pipeline.eagle3.checks_structural import structural_checks
+from pipeline.eagle3.checks.structural import structural_checks
+from pipeline.eagle3.model.checkpoint_files import VerifierInfo
 from pipeline.errors import ActionError
 
 from .conftest import checks, run_verify, verify_params

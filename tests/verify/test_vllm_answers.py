@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.eagle3.checkpoint_files import VerifierInfo, read_layout
-from pipeline.eagle3.checks_compat import compatibility_checks
+from pipeline.eagle3.checks.compat import compatibility_checks
+from pipeline.eagle3.model.checkpoint_files import VerifierInfo, read_layout
 from pipeline.vllm.compat import compat_checks, package_version
 from tests.serve.helpers import STANDIN_VLLM, other_python
 

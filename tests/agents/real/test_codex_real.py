@@ -180,7 +180,7 @@ def test_install_shows_its_diff_trusts_once_and_says_what_is_left(
                            "max_payload_bytes = 9000\nenabled = true\n")
     assert text.count("trusted_hash") == 5  # one per harness hook
     # Codex itself now calls them trusted.
-    from harness.agents.codex_config import hooks_list
+    from harness.agents.codex.config import hooks_list
 
     (home / "config.toml").write_text(text + f"\n[projects.{json.dumps(str(project))}]\n"
                                              'trust_level = "trusted"\n')

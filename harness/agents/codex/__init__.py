@@ -1,0 +1,1 @@
+"""Codex: its hooks, its config and the watcher of its session files."""

@@ -1,0 +1,1 @@
+"""Gemini CLI: its hooks, its compression notice and its todo tracker."""

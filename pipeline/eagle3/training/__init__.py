@@ -1,0 +1,1 @@
+"""Training the drafter: set-up, batches, the test-time-training loop and online training."""

@@ -1,0 +1,1 @@
+"""The database: engines and connections, SQL dialects (SQLite, PostgreSQL) and the SQL itself."""

@@ -1,0 +1,211 @@
+"""PostgreSQL without SQLAlchemy: a store URL read by hand, and psycopg2 connections set up
+as the SQLAlchemy engine sets up its psycopg (3) ones.
+
+A ``todowrite`` on PostgreSQL is a fresh process like any other, and importing SQLAlchemy
+(to parse the URL and make the engine) and SQLModel (to list the applied migrations) cost
+it ~0.6 s of its ~0.9 s (docs/PERFORMANCE.md, "Everyday commands"). So the everyday
+reads and writes (:class:`state.db.connection.Connections`) connect with a driver directly;
+the engine (:mod:`state.db.engine`) is still made, on first use, for migrations, ``harness
+db`` and change watching.
+
+That driver is psycopg2, not the engine's psycopg 3: ``import psycopg`` alone takes
+110-150 ms (its libpq wrapper finds the library through ``ctypes.util``, psycopg-binary
+reads its version through ``importlib.metadata``, its errors import ``asyncio``), which
+kept a PostgreSQL ``todowrite`` at 245-300 ms; ``import psycopg2`` takes 20-35 ms. Both
+speak to the same server through the same libpq, and nothing here depends on which one
+wrote a row (every value is text, integer or a timestamp).
+
+Only the plain URLs are read here: ``postgresql://``, ``postgres://`` or
+``postgresql+psycopg://``, one host, each query key once. Anything else (another driver,
+several hosts) returns None and goes through SQLAlchemy as before. What :func:`render`
+writes is what SQLAlchemy's ``URL.render_as_string`` writes for the same URL (the
+public URL keys the user's config, so both must agree; tests/test_cli_latency_imports.py
+compares them).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, quote, quote_plus, unquote
+
+from state.errors import StoreUnavailable
+
+DRIVER = "postgresql+psycopg"
+CONNECT_TIMEOUT_S = 10
+_SCHEMES = ("postgresql", "postgres", DRIVER)
+# SQLAlchemy's own pattern (sqlalchemy.engine.url._parse_url), so both read a URL alike.
+_URL = re.compile(r"""
+    (?P<name>[\w\+]+)://
+    (?:(?P<username>[^:/]*)(?::(?P<password>[^@]*))?@)?
+    (?:(?:\[(?P<ipv6host>[^/\?]+)\]|(?P<ipv4host>[^/:\?]+))?(?::(?P<port>[^/\?]*))?)?
+    (?:/(?P<database>[^\?]*))?
+    (?:\?(?P<query>.*))?
+    """, re.X)
+
+
+@dataclass(frozen=True)
+class PgUrl:
+    username: str | None
+    password: str | None
+    host: str | None
+    port: int | None
+    database: str | None
+    query: tuple[tuple[str, str], ...]
+
+
+def parse(target: str) -> PgUrl | None:
+    """The URL's parts, or None when it is not a plain PostgreSQL URL (SQLAlchemy's)."""
+    m = _URL.match(target)
+    if m is None or m["name"] not in _SCHEMES:
+        return None
+    port = m["port"]
+    if port and not port.isdigit():
+        return None
+    query = tuple(parse_qsl(m["query"])) if m["query"] is not None else ()
+    keys = [k for k, _ in query]
+    if len(set(keys)) != len(keys) or "host" in keys or "," in (m["ipv4host"] or ""):
+        return None  # repeated keys, several hosts: SQLAlchemy's rules
+    return PgUrl(
+        username=unquote(m["username"]) if m["username"] is not None else None,
+        password=unquote(m["password"]) if m["password"] is not None else None,
+        host=m["ipv4host"] or m["ipv6host"], port=int(port) if port else None,
+        database=unquote(m["database"]) if m["database"] is not None else None,
+        query=tuple(sorted(query)))
+
+
+def render(url: PgUrl, *, hide_password: bool) -> str:
+    """The URL as SQLAlchemy renders it, with the psycopg driver named."""
+    s = DRIVER + "://"
+    if url.username is not None:
+        s += quote(url.username, safe=" +")
+        if url.password is not None:
+            s += ":" + ("***" if hide_password else quote(url.password, safe=" +"))
+        s += "@"
+    if url.host is not None:
+        s += f"[{url.host}]" if ":" in url.host else url.host
+    if url.port is not None:
+        s += f":{url.port}"
+    if url.database is not None:
+        s += "/" + quote(url.database, safe=" +/")
+    if url.query:
+        s += "?" + "&".join(f"{quote_plus(k)}={quote_plus(v)}" for k, v in url.query)
+    return s
+
+
+# What to install when a PostgreSQL driver is missing (both come with the extra).
+INSTALL_HINT = "install the postgres extra: pip install -e '.[postgres]'"
+
+
+def missing_driver(name: str | None, where: str) -> StoreUnavailable:
+    """The one-line error for a PostgreSQL URL in a Python without its driver."""
+    return StoreUnavailable(f"the PostgreSQL driver is not installed ({name or 'psycopg2'})",
+                            where=where, hint=INSTALL_HINT)
+
+
+def driver() -> Any:
+    """psycopg2, or :class:`ModuleNotFoundError` (turned into :func:`missing_driver` by
+    the callers, which know the store's name)."""
+    import psycopg2
+
+    return psycopg2
+
+
+def connect(url: PgUrl, *, lock_timeout_ms: int) -> Any:
+    """A psycopg2 connection as the engine makes its own (state/db/engine.py): READ COMMITTED,
+    not in autocommit, named todo-harness, ``lock_timeout`` set after connecting."""
+    psycopg2 = driver()
+
+    args: dict[str, Any] = {k: v for k, v in (
+        ("user", url.username), ("password", url.password), ("host", url.host),
+        ("port", url.port), ("dbname", url.database)) if v is not None}
+    args.update(url.query)
+    args.update(application_name="todo-harness", connect_timeout=CONNECT_TIMEOUT_S)
+    psycopg2.extensions.set_wait_callback(_wait)
+    conn = psycopg2.connect(**args)
+    try:
+        conn.set_session(isolation_level="READ COMMITTED", autocommit=False)
+        with conn.cursor() as cur:
+            cur.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+        conn.commit()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _wait(conn: Any) -> None:
+    """psycopg2's wait callback: libpq's waits happen here, in Python.
+
+    Without one, psycopg2 blocks in C for a whole connect (to ``connect_timeout``: 10 s
+    on a server that accepts and never answers) and a Ctrl-C waits that long. Here it
+    lands at once. libpq does not time out a connect made this way, so the deadline is
+    kept here. A query interrupted here is cancelled on the server; its connection is
+    not reused (its transaction is not idle)."""
+    import select
+
+    import psycopg2
+    from psycopg2.extensions import POLL_OK, POLL_READ, STATUS_SETUP
+
+    connecting = conn.status == STATUS_SETUP
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S if connecting else None
+    try:
+        while True:
+            state = conn.poll()
+            if state == POLL_OK:
+                return
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise psycopg2.OperationalError("connection timeout expired")
+            fd = [conn.fileno()]
+            select.select(fd if state == POLL_READ else [], [] if state == POLL_READ else fd,
+                          [], left)
+    except KeyboardInterrupt:
+        if not connecting:
+            try:
+                conn.cancel()
+            except Exception:  # the Ctrl-C is the news, not a failed cancel
+                pass
+        raise
+
+
+def errors() -> tuple[type[BaseException], type[BaseException]]:
+    """(Error, OperationalError) of the driver these connections use."""
+    psycopg2 = driver()
+    return psycopg2.Error, psycopg2.OperationalError
+
+
+def dropped(conn: Any) -> bool:
+    """Whether the connection is closed, or broken by the server going away (psycopg2's
+    ``closed`` is 2 then)."""
+    return conn is None or bool(conn.closed)
+
+
+def ping(conn: Any) -> bool:
+    """Whether a pooled connection still answers (the engine's ``pool_pre_ping``): one
+    round trip, outside any transaction."""
+    if dropped(conn):
+        return False
+    try:
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")
+        finally:
+            conn.autocommit = False
+    except Exception:
+        return False
+    return True
+
+
+def idle(conn: Any) -> bool:
+    """Whether a connection has no transaction open (and is fit to pool)."""
+    from psycopg2.extensions import TRANSACTION_STATUS_IDLE
+
+    return not dropped(conn) and conn.info.transaction_status == TRANSACTION_STATUS_IDLE
+
+
+__all__ = ["DRIVER", "PgUrl", "connect", "dropped", "errors", "idle", "parse", "ping",
+           "render"]

@@ -1,0 +1,1 @@
+"""Reading the store: the readers' queries and watching for changes."""
