@@ -153,9 +153,9 @@ def run(args: argparse.Namespace) -> StageResult:
     n = len(tokens["ids"]) if args.limit is None else min(args.limit, len(tokens["ids"]))
     engine = args.backend == "vllm"
     if engine:
-        from pipeline.eagle3.states import vllm_backend as hidden_states_vllm
+        from pipeline.eagle3.states import vllm_backend
 
-        hidden_states_vllm.check_args(args)
+        vllm_backend.check_args(args)
         placement = None
         device = pick_device(args.device)
     else:
@@ -217,7 +217,7 @@ def run(args: argparse.Namespace) -> StageResult:
             write_index(finished)
 
         if engine:  # vLLM places and loads the verifier in its own processes
-            result.metrics.update(hidden_states_vllm.run_engine(
+            result.metrics.update(vllm_backend.run_engine(
                 verifier, vcfg, tokens, plan, todo, aux_layers, out, digest, dtype,
                 save_dtype, args, on_shard, device, longest))
         else:

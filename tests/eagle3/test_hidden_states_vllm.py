@@ -18,7 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from pipeline.eagle3 import hidden_states
-from pipeline.eagle3.states import vllm_backend as hidden_states_vllm
+from pipeline.eagle3.states import vllm_backend
 from pipeline.eagle3.states.shards import ShardReader, list_shards
 from pipeline.eagle3.states.vllm_backend import FinalNorm, engine_layer_ids, hf_states
 from pipeline.eagle3.training.train_data import TrainData
@@ -65,7 +65,7 @@ def stand_in(monkeypatch):
         made.append(HFStandIn(verifier, ids, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(hidden_states_vllm, "open_engine", open_engine)
+    monkeypatch.setattr(vllm_backend, "open_engine", open_engine)
     return made
 
 
@@ -77,7 +77,7 @@ def vllm_hidden(tiny_data, tmp_path_factory):
     """tiny_data's tokens through --backend vllm with the stand-in engine."""
     mp = pytest.MonkeyPatch()
     made = []
-    mp.setattr(hidden_states_vllm, "open_engine",
+    mp.setattr(vllm_backend, "open_engine",
                lambda v, ids, **kw: made.append(HFStandIn(v, ids, **kw)) or made[-1])
     root = tmp_path_factory.mktemp("vllm-backend")
     try:
@@ -304,8 +304,8 @@ def test_the_quantized_checkpoint_as_shipped(tiny_data, tmp_path, fmt):
     norm, ref = FinalNorm.of(q, qcfg), FinalNorm.of(twin, json.loads(
         (twin / "config.json").read_text()))
     assert torch.equal(norm.weight, ref.weight) and norm.eps == ref.eps
-    assert hidden_states_vllm.stored_bytes(q) == (q / "model.safetensors").stat().st_size
-    assert hidden_states_vllm.stored_bytes(q) < hidden_states_vllm.stored_bytes(twin)
+    assert vllm_backend.stored_bytes(q) == (q / "model.safetensors").stat().st_size
+    assert vllm_backend.stored_bytes(q) < vllm_backend.stored_bytes(twin)
 
 
 def test_engine_groups_keep_the_order_and_the_bounds():
