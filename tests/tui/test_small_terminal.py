@@ -13,6 +13,7 @@ from rich.console import Console
 
 from tests.tui.conftest import Campaign
 from tests.tui.test_bindings import select
+from tests.tui.test_live import wait_until
 from tui.app import HarnessApp
 from tui.screens.help import HelpScreen
 from tui.widgets.board import Board
@@ -161,14 +162,21 @@ async def test_toasts_leave_the_detail_panes_last_lines_visible(campaign: Campai
         full = tabs.region
         for i in range(3):
             app.notify(f"t{i} is already completed; nothing changed", severity="warning")
-        await pilot.pause(0.3)
-        await pilot.pause()
-        toasts = list(app.screen.query("Toast"))
-        assert len(toasts) == 3
-        top = min(t.region.y for t in toasts)
-        assert tabs.region.bottom <= top < full.bottom  # the pane ends above them
+
+        def toasts() -> list[Any]:
+            return [t for t in app.screen.query("Toast") if t.region.height]
+
+        def pane_above_toasts() -> bool:
+            shown_now = toasts()
+            return (len(shown_now) == 3
+                    and tabs.region.bottom <= min(t.region.y for t in shown_now))
+
+        # a busy machine lays the toasts out, then the pane, a few frames later
+        assert await wait_until(pilot, pane_above_toasts), (tabs.region, toasts())
+        top = min(t.region.y for t in toasts())
+        assert top < full.bottom  # the toasts sit over where the pane's end was
         board = app.screen.query_one(Board)
-        assert all(t.region.x >= board.region.right for t in toasts)  # never over the board
+        assert all(t.region.x >= board.region.right for t in toasts())  # never over the board
         app.clear_notifications()
-        await pilot.pause(0.8)
-        assert tabs.region == full  # and has its lines back once they are gone
+        # and the pane has its lines back once they are gone
+        assert await wait_until(pilot, lambda: tabs.region == full), tabs.region
