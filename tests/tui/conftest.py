@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,3 +48,12 @@ def twin(campaign: Campaign, tmp_path: Path) -> Path:
     shutil.copy(campaign.path, copy)
     campaign.store = Store.open(str(campaign.path))
     return copy
+
+
+async def wait_until(pilot: Any, condition: Callable[[], bool], *, attempts: int = 400) -> bool:
+    """Poll ``condition`` for up to ~10 s of frames: a busy machine lays out late."""
+    for _ in range(attempts):
+        if condition():
+            return True
+        await pilot.pause(0.025)
+    return condition()

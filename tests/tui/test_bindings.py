@@ -14,7 +14,7 @@ import pytest
 
 from state.store import Store
 from tests.conftest import run_cli
-from tests.tui.conftest import Campaign
+from tests.tui.conftest import Campaign, wait_until
 from tui.app import HarnessApp
 from tui.widgets.board import Board
 
@@ -184,7 +184,17 @@ async def test_command_palette_offers_the_actions(campaign: Campaign) -> None:
         await pilot.press("ctrl+p")
         await pilot.pause()
         await pilot.press(*"completed")
-        await pilot.pause(0.5)
+
+        def offered() -> bool:  # the palette searches in the background
+            from textual.command import CommandList
+            lists = app.screen.query(CommandList)
+            if not lists:
+                return False
+            found = lists.first()
+            return found.highlighted is not None and "completed" in str(
+                found.get_option_at_index(found.highlighted).prompt)
+
+        assert await wait_until(pilot, offered)
         await pilot.press("enter")
         await pilot.pause()
         await app.settled()

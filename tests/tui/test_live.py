@@ -7,20 +7,12 @@ import asyncio
 import pytest
 
 from tests.conftest import harness_subprocess
-from tests.tui.conftest import Campaign
+from tests.tui.conftest import Campaign, wait_until
 from tui.app import POLL_INTERVAL
 from tui.widgets.board import Board
 from tui.widgets.header import SessionHeader
 
 pytestmark = pytest.mark.anyio
-
-
-async def wait_until(pilot, condition, *, attempts: int = 400) -> bool:
-    for _ in range(attempts):
-        if condition():
-            return True
-        await pilot.pause(0.025)
-    return condition()
 
 
 async def test_another_process_write_appears_with_cursor_and_scroll_kept(

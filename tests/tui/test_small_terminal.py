@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from tests.tui.conftest import Campaign
+from tests.tui.conftest import Campaign, wait_until
 from tests.tui.test_bindings import select
-from tests.tui.test_live import wait_until
 from tui.app import HarnessApp
 from tui.screens.help import HelpScreen
 from tui.widgets.board import Board
