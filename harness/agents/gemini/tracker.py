@@ -35,9 +35,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from harness.agents.agent_write import TodoEdit
+from harness.agents.agent_write import apply as apply_write
 from harness.agents.claude.tasks import create_task, load_map, note_description, save_map
 from harness.errors import InputError
-from harness.formats import ViewItem
+from harness.formats import CLAUDE_TASKS, ViewItem
 from harness.merge import normalize
 from state.store import Tx
 
@@ -146,6 +148,13 @@ def _take_up(tx: Tx, tasks: list[ViewItem], title: str, gemini_session: str) -> 
     return None
 
 
+def _edit(tx: Tx, num: int, changes: Mapping[str, Any], *, ts: str | None,
+          ref: str | None) -> None:
+    # Merged here already (the tracker's own rule), so it goes through the route of every
+    # agent write as plain fields.
+    apply_write(tx, [TodoEdit(num, fields=changes)], caps=CLAUDE_TASKS, ts=ts, ref=ref)
+
+
 def add_deps(tx: Tx, num: int, deps: list[int], *, ts: str | None, ref: str | None,
               drop: frozenset[int] = frozenset()) -> None:
     """``num`` now depends on ``deps`` too (and no longer on ``drop``, nor on a todo that
@@ -158,7 +167,7 @@ def add_deps(tx: Tx, num: int, deps: list[int], *, ts: str | None, ref: str | No
     keep = [d for d in todo.depends_on if d not in drop and d in tx.state.todos]
     new = [d for d in deps if d != num and d not in keep and not reaches(tx, [d], num)]
     if new or len(keep) != len(todo.depends_on):
-        tx.update_todo(num, depends_on=sorted({*keep, *new}), ts=ts, ref=ref)
+        _edit(tx, num, {"depends_on": sorted({*keep, *new})}, ts=ts, ref=ref)
 
 
 def _update(tx: Tx, args: Mapping[str, Any], task_id: str, gemini_session: str, *,
@@ -189,7 +198,7 @@ def _update(tx: Tx, args: Mapping[str, Any], task_id: str, gemini_session: str, 
             and title != todo.content:
         changes["content"] = title
     if changes:
-        tx.update_todo(item.num, ts=ts, ref=ref, **changes)
+        _edit(tx, item.num, changes, ts=ts, ref=ref)
     if deps is not None:
         # The task's whole list: the agent drops only dependencies on its own tasks; one a
         # person added to another todo stays.
