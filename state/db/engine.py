@@ -2,7 +2,7 @@
 used (migrations, ``harness db``, change watching). Imported only when needed: the
 everyday SQLite paths use :mod:`state.db.connection` and never load SQLAlchemy.
 
-SQLite: the engine's connections come from :func:`state.db.connection.connect_sqlite` (the
+SQLite: the engine's connections come from :func:`state.db.sqlite.connect_sqlite` (the
 same pragmas, the same read-only rules), and a Core transaction emits ``BEGIN``, or
 ``BEGIN IMMEDIATE`` when the connection asked to write (:data:`WRITE_OPTION`).
 
