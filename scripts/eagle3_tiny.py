@@ -13,7 +13,7 @@ of wall times and verdicts, and the drafter's held-out per-position accuracy.
 
 ``--fresh`` renames an existing workdir aside (``DIR.old-<time>``) rather than deleting it.
 ``--set`` overrides one ``with:`` parameter (the value is YAML: ``--set train.epochs=1``);
-``--report`` writes the stage table as JSON (``bench/eagle3_campaign.py`` reads it).
+``--report`` writes the stage table as JSON (``bench/eagle3/campaign.py`` reads it).
 """
 
 from __future__ import annotations

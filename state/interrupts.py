@@ -5,7 +5,7 @@ lands after ``BEGIN IMMEDIATE`` returned but before the code that would roll it 
 entered leaves the writer lock taken and the transaction open; every later write of that
 process then waits out the busy timeout (30 s) and fails, including the ones a Ctrl-C'd
 ``harness run`` makes while it stops its servers. Measured before this guard: 39 of 400
-Ctrl-Cs landing at random moments of a write loop leaked the lock (tests/test_interrupts.py
+Ctrl-Cs landing at random moments of a write loop leaked the lock (tests/store/test_interrupts.py
 runs the same loop).
 
 :class:`InterruptGate` defers SIGINT while closed and delivers it where the caller opens

@@ -11,7 +11,7 @@ On SQLite, and on PostgreSQL through a plain ``postgresql://`` URL, nothing here
 SQLAlchemy unless a migration is due or Core is asked for (:attr:`Store.engine`,
 :meth:`Store.locked`): an agent's hook or ``todowrite``, or a person's ``harness list``,
 on an up-to-date store never imports it (tests/agents/test_latency_imports.py,
-tests/test_cli_latency_imports.py).
+tests/cli/test_cli_latency_imports.py).
 """
 
 from __future__ import annotations

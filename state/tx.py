@@ -64,7 +64,7 @@ class TxStore(Protocol):
     def _full_extras(self, cur: Any, session_id: int
                      ) -> tuple[list[VerificationState], list[ArtifactState]]: ...
 
-# Snapshot a session's state every this many events (chosen by bench/replay.py).
+# Snapshot a session's state every this many events (chosen by bench/store/replay.py).
 SNAPSHOT_EVERY = 256
 
 

@@ -1,4 +1,4 @@
-"""What the import-cost tests share (tests/test_cli_latency_imports.py for people's
+"""What the import-cost tests share (tests/cli/test_cli_latency_imports.py for people's
 commands, tests/agents/test_latency_imports.py for an agent's): a store made by a real
 harness, and a probe that runs one command line through the real entry point in a fresh
 interpreter and says which of the heavy modules it imported."""

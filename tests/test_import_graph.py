@@ -8,6 +8,7 @@ still two files that cannot be understood apart.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import grimp
@@ -15,6 +16,11 @@ import grimp
 from tests.conftest import ROOT
 
 PACKAGES = ("harness", "pipeline", "state", "tui")
+# The size rule holds for the benchmarks and the tests as well: they are read as often.
+FOLDERS = (*PACKAGES, "bench", "tests")
+# Data, not our code: modules that children run by path (tests/data/interrupt_at.py) and
+# stand-in vLLM packages put on a child's path (tests/data/fake_vllm_pkg/).
+DATA = ("tests/data",)
 FOLDER_MAX = 16  # modules in any one folder, __init__/__main__ not counted
 # Tighter for the folders a newcomer opens first: beside their part folders, the tops of
 # harness/ and pipeline/ hold the shared pieces, state/'s the store and its transaction,
@@ -77,13 +83,21 @@ def test_no_import_circles() -> None:
     assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
 
 
+def _in_data(folder: Path) -> bool:
+    return folder.relative_to(ROOT).as_posix().startswith(DATA)
+
+
+def _package_folders(top: str) -> list[Path]:
+    return [init.parent for init in (ROOT / top).rglob("__init__.py") if not _in_data(init.parent)]
+
+
 def _modules(folder: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__"))
 
 
 def test_every_package_folder_stays_small() -> None:
-    folders = [init.parent for package in PACKAGES for init in (ROOT / package).rglob("__init__.py")]
-    assert len(folders) > 20  # the walk found the part folders, not just the four tops
+    folders = [folder for top in FOLDERS for folder in _package_folders(top)]
+    assert len(folders) > 40  # the walk found the part folders, not just the tops
     for folder in folders:
         modules = _modules(folder)
         name = folder.relative_to(ROOT).as_posix()
@@ -95,6 +109,35 @@ def test_every_package_folder_stays_small() -> None:
 
 def test_every_module_sits_in_a_package_folder() -> None:
     # a folder of modules without __init__.py would escape the size check above
-    for package in PACKAGES:
-        for module in (ROOT / package).rglob("*.py"):
+    for top in FOLDERS:
+        for module in (ROOT / top).rglob("*.py"):
+            if _in_data(module.parent):
+                continue
             assert (module.parent / "__init__.py").exists(), f"{module} has no package"
+
+
+def _parts_tables() -> dict[str, set[str]]:
+    """The first cell of every row of each `### `top/`` table under "## Parts", by top."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    parts = text[text.index("\n## Parts\n"):]
+    parts = parts[:parts.index("\n## ", 1)]
+    found: dict[str, set[str]] = {}
+    for section in parts.split("\n### `")[1:]:
+        top = section[:section.index("/`")]
+        found[top] = {line.split("|")[1].strip() for line in section.splitlines()
+                      if line.startswith("| ") and not line.startswith(("| part ", "| ---"))}
+    return found
+
+
+def test_architecture_lists_every_folder() -> None:
+    tables = _parts_tables()
+    assert set(tables) == set(FOLDERS), f"ARCHITECTURE's Parts has tables for {sorted(tables)}"
+    for top in FOLDERS:
+        names = {f.relative_to(ROOT / top).as_posix() for f in _package_folders(top)} - {"."}
+        cells = tables[top]
+        listed = {re.sub(r"`(.+)/`.*", r"\1", c) for c in cells if c.startswith("`")}
+        assert any(c.startswith("top level") or c.endswith(" top") for c in cells), top
+        missing = sorted(n for n in names if n not in listed)
+        assert not missing, f"docs/ARCHITECTURE.md's {top}/ table lacks {missing}"
+        stale = sorted(n for n in listed if n not in names)
+        assert not stale, f"docs/ARCHITECTURE.md's {top}/ table lists folders that are gone: {stale}"

@@ -6,7 +6,7 @@ harness's CLI is the todo list, and this text (for AGENTS.md or CLAUDE.md, or pr
 the start of the work) says how to use it, then what the list holds now.
 
 It must stay small: every token of it is paid on every turn. The budget is 1,500 tokens
-(cl100k_base; bench/agent_tokens.py measures it and tests/agents/test_tokens.py holds it
+(cl100k_base; bench/agents/tokens.py measures it and tests/agents/test_tokens.py holds it
 there). The list is cut to fit, open work first, with a count of what was left out.
 """
 

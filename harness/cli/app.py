@@ -8,7 +8,7 @@ Each command's module is imported only when the command is named (:data:`COMMAND
 pipeline specs (pydantic, yaml) or SQLAlchemy that ``run``, ``verify``, ``import`` or
 ``db`` need (~0.5-1 s of imports), nor the other command modules. ``harness --help``
 lists every command from the summaries here, without importing any;
-tests/test_cli_latency_imports.py checks that each says what its command's own help says.
+tests/cli/test_cli_latency_imports.py checks that each says what its command's own help says.
 docs/PERFORMANCE.md, "Everyday commands", has the figures.
 """
 

@@ -87,7 +87,7 @@ def parse(args: list[str]) -> tuple[tuple[str, ...], dict[str, Any]] | None:
 
 def run(args: list[str]) -> int | None:
     """Run the line if it is one of ours (returns the exit code); None if it is not.
-    ``HARNESS_NO_FAST_PATH=1`` sends every line to click (bench/agent_latency.py compares
+    ``HARNESS_NO_FAST_PATH=1`` sends every line to click (bench/agents/latency.py compares
     the two routes)."""
     if os.environ.get("HARNESS_NO_FAST_PATH") == "1":
         return None

@@ -329,7 +329,7 @@ def run(args: argparse.Namespace) -> StageResult:
         dist.barrier()
     # DDP and gloo objects sit in reference cycles; left to be collected in interpreter
     # shutdown they kill a rank with std::terminate (SIGABRT) after a good run: 7 of 30
-    # runs of bench/ddp_exit.py. Dist.close collects them before destroying the group.
+    # runs of bench/eagle3/ddp_exit.py. Dist.close collects them before destroying the group.
     del train_model
     dist.close()
 

@@ -9,7 +9,7 @@ chunks. Either way the bytes are hashed on both ends (sha256: ``sha256sum``, els
 ``shasum -a 256``, else ``openssl``) and a file lands under its name only when the two
 hashes agree; a partial upload is never left where the real file goes. An upload is one
 round trip: the local hash goes with the command, and the host keeps the file (rename) or
-drops it. Throughput against SFTP: ``bench/ssh_transfer.py``, docs/PERFORMANCE.md.
+drops it. Throughput against SFTP: ``bench/hosts/ssh_transfer.py``, docs/PERFORMANCE.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A small client for OpenAI-compatible servers (vLLM): plain GETs and timed streaming.
 
 Standard library only (``http.client``), so it runs on bare hosts and adds no client-side
-overhead worth measuring against the server (``bench/serving_client.py`` measures it).
+overhead worth measuring against the server (``bench/serving/serving_client.py`` measures it).
 One :class:`StreamTiming` per request records what a serving benchmark needs:
 
 - ``ttft``: seconds from sending the request to the first generated text (content or

@@ -19,7 +19,7 @@ Only the plain URLs are read here: ``postgresql://``, ``postgres://`` or
 ``postgresql+psycopg://``, one host, each query key once. Anything else (another driver,
 several hosts) returns None and goes through SQLAlchemy as before. What :func:`render`
 writes is what SQLAlchemy's ``URL.render_as_string`` writes for the same URL (the
-public URL keys the user's config, so both must agree; tests/test_cli_latency_imports.py
+public URL keys the user's config, so both must agree; tests/cli/test_cli_latency_imports.py
 compares them).
 """
 

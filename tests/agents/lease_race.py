@@ -20,7 +20,7 @@ never happen:
 * late heartbeats that took a todo back.
 
 ``tests/agents/test_lease_race.py`` runs it small on SQLite and PostgreSQL;
-``bench/lease_race.py`` runs it bigger and prints the figures (docs/PERFORMANCE.md).
+``bench/store/lease_race.py`` runs it bigger and prints the figures (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations

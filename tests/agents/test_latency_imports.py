@@ -4,7 +4,7 @@ Each runs through the real entry point in a fresh interpreter, on a store that e
 (creating one runs the migrations, which use SQLAlchemy), and must not have imported the
 ORM, SQLAlchemy, pydantic, click, Textual or the MCP SDK: importing those was most of
 the 0.7 s such a process cost (docs/PERFORMANCE.md, "Agent calls";
-bench/agent_latency.py measures it).
+bench/agents/latency.py measures it).
 """
 
 from __future__ import annotations

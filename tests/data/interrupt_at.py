@@ -1,4 +1,4 @@
-"""Child process for tests/test_interrupt_exit.py: `harness ARGS` through its real entry
+"""Child process for tests/cli/test_interrupt_exit.py: `harness ARGS` through its real entry
 point, with a real SIGINT sent to itself at one chosen moment:
 
     python interrupt_at.py POINT ARGS...

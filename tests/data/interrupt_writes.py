@@ -1,4 +1,4 @@
-"""Child process for tests/test_interrupts.py: Ctrl-C (a real SIGINT; or SIGTERM inside
+"""Child process for tests/store/test_interrupts.py: Ctrl-C (a real SIGINT; or SIGTERM inside
 ``stop_signals_raise``, as ``harness run`` has it) lands at a random moment of a loop of store
 writes, TRIALS times; after each, one more write must succeed at once. Prints one JSON
 line of what happened.

@@ -5,7 +5,7 @@ Two ranks with ``--batch-size B`` take one step on 2B samples, as one process wi
 the batches are composed differently (each rank buckets its own share by length), so the
 loss curves agree within the noise of batch composition, not bit for bit. Online, every
 rank runs its own copy of the frozen verifier on its own batches. These are the CPU halves
-of what bench/eagle3_2gpu.py measures on two GPUs.
+of what bench/eagle3/two_gpu.py measures on two GPUs.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Our served benchmark and vLLM's own client (``vllm bench serve``, vLLM 0.26.0's code) run
-back to back by bench/served_reference.py against the stand-in servers: the same requests
+back to back by bench/serving/served_reference.py against the stand-in servers: the same requests
 go out (prompts, order, lengths, greedy), both count the same tokens and the same served τ,
 and one table holds both. How close their timings come is the H200's question (a loaded
 2-core machine cannot answer it); what is asserted here is that they measure the same
@@ -22,7 +22,7 @@ from tests.serve.test_benchmark import COMPLETION_PROMPTS, sent, tiny_tokenizer
 
 def reference(tmp_path: Path, *args: str, pythonpath: str = "") -> subprocess.CompletedProcess:
     # as the docs run it: a module, from the repository root (which puts bench on sys.path)
-    return subprocess.run([sys.executable, "-m", "bench.served_reference", *args,
+    return subprocess.run([sys.executable, "-m", "bench.serving.served_reference", *args,
                            "--out", str(tmp_path / "out"), "--vllm-python", sys.executable,
                            "--vllm-pythonpath", pythonpath],
                           capture_output=True, text=True, timeout=600, cwd=ROOT,

@@ -51,7 +51,7 @@ H200 = "0, NVIDIA H200, 143771, 512"
 # asserts its size: what makes the drafter faster is asserted exactly instead (the same
 # tokens in fewer decoding steps, from the servers' own counters), and so is the
 # arithmetic of the ratio. A gate on speedup_c1 is given a threshold no scheduling can miss
-# (it proves the gate reads the figure; tests/test_runner.py judges thresholds).
+# (it proves the gate reads the figure; tests/runner/test_runner.py judges thresholds).
 NO_SCHEDULING_MISSES = 0.001
 
 

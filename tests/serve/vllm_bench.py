@@ -13,7 +13,7 @@ what it imports. It is installed once into a folder of its own under
   (:data:`DEPS`, with their own dependencies), installed with ``pip --target``.
 
 torch (CPU) and transformers come from the project's venv, which runs it:
-``PYTHONPATH=site:deps python bench/vllm_bench_driver.py``. ``scripts/test`` fills the
+``PYTHONPATH=site:deps python bench/serving/vllm_bench_driver.py``. ``scripts/test`` fills the
 cache in the background while pip installs the project (``.venv/bin/python
 tests/serve/vllm_bench.py``), under a lock, marked done only when finished, as
 tests/agents/real/npm.py does for the agent programs.

@@ -19,9 +19,9 @@ import pytest
 from harness import todos as uc
 from harness.runner import Runner
 from state.store import Store
+from tests.runner.test_runner import by_stage, make_runner
 from tests.serve.helpers import CHAT_PROMPTS, FAKE_COMMAND, kill_fakes, wait_gone, write_spec
 from tests.sshd import free_port
-from tests.test_runner import by_stage, make_runner
 from tests.verify.conftest import FUNCTIONAL
 
 pytestmark = [pytest.mark.ml, pytest.mark.slow, pytest.mark.sqlite]

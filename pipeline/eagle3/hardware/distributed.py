@@ -82,7 +82,7 @@ class Dist:
     def close(self) -> None:
         """Destroy the process group, after collecting the run's cyclic garbage (drop
         the DDP wrapper first): what is left to interpreter shutdown can take the rank
-        down with std::terminate (bench/ddp_exit.py)."""
+        down with std::terminate (bench/eagle3/ddp_exit.py)."""
         if self.world > 1:
             import gc
 

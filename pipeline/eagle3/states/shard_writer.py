@@ -8,7 +8,7 @@ on a thread pool. Two ways to put the bytes in the file:
   every buffered write, so pieces of one file are copied into the page cache one at a time,
   whatever the number of threads;
 - ``mmap``: the file is mapped and the pieces are copied into the mapping by several
-  threads at once (page faults on distinct pages run in parallel). ``bench/eagle3_gpu.py``
+  threads at once (page faults on distinct pages run in parallel). ``bench/eagle3/gpu.py``
   measures both on the GPU host.
 
 :class:`WritePipeline` is the background side of extraction: it waits for a batch's copy to
