@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from state.errors import InvalidChange
+
 STATUSES: tuple[str, ...] = ("pending", "in_progress", "completed", "blocked", "cancelled")
 PRIORITIES: tuple[str, ...] = ("high", "medium", "low")
 PRIORITY_RANK: dict[str, int] = {"high": 0, "medium": 1, "low": 2}
@@ -23,6 +25,19 @@ STATUS_GROUP: dict[str, int] = {
 ORIGINS: tuple[str, ...] = ("human", "agent", "pipeline", "import")
 RUN_STATES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled", "lost")
 RUN_FINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "lost"})
+
+
+def check_status(status: str) -> None:
+    """A status a todo may have, or InvalidChange naming the ones it may."""
+    if status not in STATUSES:
+        raise InvalidChange(f"unknown status {status!r} (expected one of {', '.join(STATUSES)})")
+
+
+def check_priority(priority: str) -> None:
+    """A priority a todo may have, or InvalidChange naming the ones it may."""
+    if priority not in PRIORITIES:
+        raise InvalidChange(
+            f"unknown priority {priority!r} (expected one of {', '.join(PRIORITIES)})")
 
 
 @dataclass

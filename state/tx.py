@@ -29,9 +29,7 @@ from state.db.sql import (
 )
 from state.errors import InvalidChange, NotFound
 from state.fold import (
-    PRIORITIES,
     RUN_MUTABLE,
-    STATUSES,
     TODO_MUTABLE,
     ArtifactState,
     Event,
@@ -40,6 +38,8 @@ from state.fold import (
     TodoState,
     VerificationState,
     apply,
+    check_priority,
+    check_status,
     claim_of,
 )
 from state.leases import expire_lapsed
@@ -225,8 +225,8 @@ class Tx:
                     blocked_reason: str | None = None, origin: str = "human",
                     num: int | None = None, ts: str | None = None,
                     ref: str | None = None) -> TodoState:
-        _check_status(status)
-        _check_priority(priority)
+        check_status(status)
+        check_priority(priority)
         if not content:
             raise InvalidChange("a todo needs content")
         num = num if num is not None else self.state.next_num
@@ -257,9 +257,9 @@ class Tx:
             if name not in TODO_MUTABLE:
                 raise InvalidChange(f"unknown todo field {name!r}")
             if name == "status":
-                _check_status(value)
+                check_status(value)
             elif name == "priority":
-                _check_priority(value)
+                check_priority(value)
             elif name == "depends_on":
                 value = list(value)
             if getattr(todo, name) != value:
@@ -494,13 +494,3 @@ class Tx:
         self._sources.append((key, self.session_id, self.state.n, utcnow()))
         self._source_keys.add(key)
 
-
-def _check_status(status: str) -> None:
-    if status not in STATUSES:
-        raise InvalidChange(f"unknown status {status!r} (expected one of {', '.join(STATUSES)})")
-
-
-def _check_priority(priority: str) -> None:
-    if priority not in PRIORITIES:
-        raise InvalidChange(
-            f"unknown priority {priority!r} (expected one of {', '.join(PRIORITIES)})")
