@@ -11,9 +11,11 @@ on a projection says so.
 
 Two keys hold served numbers (:mod:`pipeline.served_gates`): ``min_served_speedup: {at: 1,
 min: 1.3}`` holds the benchmark's ``speedup_c1`` (over repeated trials, the smallest
-trial's: each line says which figure it holds), one item per level; a level the benchmark
-did not measure fails by name, and one whose trials spread past the benchmark's tolerance
-fails as unstable, undecided; ``max_served_tau_gap: 0.1`` holds how far the
+the trials' estimate with its confidence interval), one item per level: it passes when the
+interval's lower bound meets the threshold, fails when its upper bound is below it, and is
+*undecided* (:attr:`GateItem.undecided`) when the threshold lies inside an interval the
+benchmark's budget left wide; a level the benchmark did not measure fails by name.
+``max_served_tau_gap: 0.1`` holds how far the
 served τ (``acceptance_length``) lies from the offline one (``offline_acceptance_length``,
 which the runner adds from the verify stage upstream), and its line names both.
 
@@ -43,7 +45,10 @@ from pipeline.served_gates import SERVED_SPEEDUP, TAU_GAP, measured_levels, tau_
 
 # A check's status (PASS, FAIL, or TABLE: answered from a table, not checked), and the
 # typed gate a stored row is read into, for the TUI, which may not import pipeline itself.
-__all__ = ["FAIL", "PASS", "TABLE", "Gate", "GateItem", "check_status", "gate_items"]
+__all__ = ["FAIL", "PASS", "TABLE", "UNDECIDED", "Gate", "GateItem", "check_status",
+           "gate_items", "outcome"]
+
+UNDECIDED = "undecided"
 
 
 @dataclass
@@ -61,10 +66,16 @@ class GateItem:
     note: str = ""                  # how far to trust the metric (the action's word)
     missing: str = ""               # why the value is missing, when it is known
     says: str = ""                  # the whole line, for items that read better in words
+    undecided: bool = False         # neither passed nor failed: the evidence cannot tell
 
     def __post_init__(self) -> None:
         if self.limit is None:
             self.limit = self.threshold
+
+    @property
+    def outcome(self) -> str:
+        """``passed``, ``failed`` or ``undecided``."""
+        return "passed" if self.passed else "undecided" if self.undecided else "failed"
 
     @property
     def line(self) -> str:
@@ -94,6 +105,18 @@ class GateItem:
             measured += f": {self.missing}"
         note = f"; {self.note}" if self.note and self.value is not None else ""
         return f"{self.metric} {self.where}{sign} {_fmt(self.limit)} ({measured}{note})"
+
+
+def outcome(passed: bool, checks: list[dict[str, Any]], gate: dict[str, Any] | None,
+            metrics: dict[str, Any]) -> str:
+    """A verification row's outcome: ``passed``, ``failed``, or ``undecided`` when every
+    check passed and no gate item failed, but an interval straddles its threshold."""
+    if passed:
+        return "passed"
+    if any(check_status(c) == FAIL for c in checks) or not gate:
+        return "failed"
+    items = gate_items(Gate.from_json(gate), metrics)
+    return UNDECIDED if items and all(i.passed or i.undecided for i in items) else "failed"
 
 
 def _fmt(x: Any) -> str:
@@ -189,14 +212,12 @@ def require_vllm_item(held: RequireVllm, metrics: dict[str, Any]) -> GateItem:
 
 def served_speedup_item(level: ServedSpeedup, measured: list[int],
                         metrics: dict[str, Any]) -> GateItem:
-    """One level of ``min_served_speedup``, holding ``speedup_c<at>``, which a benchmark of
-    repeated trials reports as the smallest trial's speedup (``measured``: the levels it
-    measured). A level whose trials spread more than the benchmark's ``spread_tolerance`` is
-    unstable: its item fails and says so instead of deciding on a figure that would flip on
-    noise."""
+    """One level of ``min_served_speedup``, holding ``speedup_c<at>`` with its interval
+    (``speedup_low_c<at>``/``speedup_high_c<at>``; ``measured``: the levels the benchmark
+    measured): passed when the lower bound meets the threshold, failed when the upper bound
+    is below it, undecided in between. A result from before intervals (no bounds) is held
+    as it was: its smallest trial, and a spread over its tolerance is undecided."""
     at, least = level.at, level.min
-    figure = metrics.get("speedup_figure")
-    tolerance = metrics.get("spread_tolerance")
     value = metrics.get(f"speedup_c{at}")
     item = GateItem(SERVED_SPEEDUP, "served_speedup", ">=", least,
                     value if _is_number(value) else None,
@@ -208,18 +229,60 @@ def served_speedup_item(level: ServedSpeedup, measured: list[int],
                            if measured else "it measured no level")
                         + f"); add {at} to its `concurrency`")
         return item
+    low, high = metrics.get(f"speedup_low_c{at}"), metrics.get(f"speedup_high_c{at}")
+    if _is_number(low) and _is_number(high):
+        _hold_interval(item, at, float(low), float(high), metrics)
+    elif "speedup_trials_c" + str(at) in metrics:  # one trial: no interval to decide on
+        item.passed, item.undecided = False, True
+        item.says = (f"served_speedup c={at} undecided: {_fmt(value)}x from one trial, "
+                     f"which gives no interval (>= {_fmt(least)} wanted): set the "
+                     "benchmark's `trials` to 2 or more")
+    else:
+        _hold_spread(item, at, metrics)
+    return item
+
+
+def _hold_interval(item: GateItem, at: int, low: float, high: float,
+                   metrics: dict[str, Any]) -> None:
+    least = float(item.limit)
+    n = metrics.get(f"speedup_trials_c{at}")
+    confidence = metrics.get("confidence")
+    conf = f"{confidence:.0%} " if _is_number(confidence) else ""
+    trials = f", {n} trials" if _is_number(n) else ""
+    span = f"{conf}interval {_fmt(low)}-{_fmt(high)}x{trials}"
+    item.passed = low >= least
+    item.undecided = not item.passed and high >= least
+    if item.undecided:
+        width = metrics.get(f"speedup_ci_c{at}")
+        budget = metrics.get("level_budget")
+        why = metrics.get(f"stopped_c{at}")
+        ran_out = {"budget": f"its {_fmt(budget)} s budget" if _is_number(budget)
+                   else "its budget", "max_trials": "max_trials"}.get(str(why), "its trials")
+        item.says = (f"served_speedup c={at} undecided: {_fmt(item.value)}x, {span}, holds "
+                     f">= {_fmt(least)} inside it"
+                     + (f" (+-{width:.1%} when {ran_out} ran out)" if _is_number(width)
+                        else "")
+                     + ": give the level more time (`level_budget`, `max_trials`) or "
+                       "steadier runs (`min_seconds`)")
+    else:
+        item.note = span
+
+
+def _hold_spread(item: GateItem, at: int, metrics: dict[str, Any]) -> None:
+    """A stored result of the spread rule (before intervals): the smallest trial, and a
+    spread past its tolerance is undecided."""
+    least = item.threshold
+    figure, tolerance = metrics.get("speedup_figure"), metrics.get("spread_tolerance")
     spread = metrics.get(f"speedup_spread_c{at}")
     if isinstance(figure, str) and figure:
         item.note = figure + (f", spread {spread:.0%}" if _is_number(spread) else "")
     if _is_number(spread) and _is_number(tolerance) and spread > tolerance:
-        low, high = value, metrics.get(f"speedup_max_c{at}")
-        span = f" ({_fmt(low)}-{_fmt(high)}x)" if _is_number(high) else ""
-        item.passed = False
-        item.says = (f"served_speedup c={at} unstable: its trials spread {spread:.0%}"
-                     f"{span}, over the {tolerance:.0%} tolerance, so the gate does "
-                     f"not decide on it (>= {_fmt(least)} wanted): run more trials or "
-                     "longer levels (`trials`, `min_seconds`)")
-    return item
+        high = metrics.get(f"speedup_max_c{at}")
+        span = f" ({_fmt(item.value)}-{_fmt(high)}x)" if _is_number(high) else ""
+        item.passed, item.undecided = False, True
+        item.says = (f"served_speedup c={at} undecided: its trials spread {spread:.0%}"
+                     f"{span}, over the {tolerance:.0%} tolerance (>= {_fmt(least)} "
+                     "wanted): run the benchmark again")
 
 
 def tau_gap_item(held: TauGap, metrics: dict[str, Any]) -> GateItem:

@@ -119,13 +119,15 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
                          "acceptance_length_c*", "acceptance_rate_c*",
                          "acceptance_per_position_c*", "num_drafts_c*", "outputs_equal_c*",
                          "outputs_equal", "outputs_compared",
-                         # over repeated trials: the speedup's median, largest and spread
-                         # (speedup_c* is the smallest trial's), and the latencies' tails
-                         "speedup_median_c*", "speedup_max_c*", "speedup_spread_c*",
+                         # over paired trials: the speedup's interval (speedup_c* is its
+                         # estimate), its trials, and the latencies' tails
+                         "speedup_low_c*", "speedup_high_c*", "speedup_ci_c*",
+                         "speedup_trials_c*", "speedup_median_c*",
                          "ttft_p99_ms_c*", "itl_p50_ms_c*", "itl_p99_ms_c*",
                          "baseline_ttft_p99_ms_c*", "baseline_itl_p50_ms_c*",
                          "baseline_itl_p99_ms_c*", "trials", "min_seconds",
-                         "spread_tolerance", "unstable_levels", "mean_output_tokens",
+                         "confidence", "ci_width", "level_budget", "max_trials",
+                         "speedups_c*", "unsettled_levels", "mean_output_tokens",
                          "output_len"),
 }
 

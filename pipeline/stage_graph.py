@@ -79,3 +79,8 @@ def upstream(stages: Sequence[Stage], name: str) -> list[Stage]:
         seen.add(dep)
         todo += by_name[dep].needs
     return [s for s in stages if s.name in seen]
+
+
+def downstream(stages: Sequence[Stage], name: str) -> list[str]:
+    """Every stage that needs ``name``, directly or through others, in file order."""
+    return [s.name for s in stages if any(u.name == name for u in upstream(stages, s.name))]

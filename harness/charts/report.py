@@ -18,11 +18,14 @@ from harness import __version__
 from harness.charts.model import charts
 from harness.charts.svg import svg
 from harness.charts.targets import recorded
-from harness.gates import Gate, gate_items
+from harness.gates import Gate, gate_items, outcome
 from harness.render import BADGE, GLYPH, SECTION, describe, safe_line, safe_text
 from harness.served_view import comparisons, verification_figures
 from state.fold import VerificationState, board_key, unmet_dependencies
 from state.store import Store
+
+_CLASS = {"passed": "pass", "failed": "fail", "undecided": "undecided"}
+_MARK = {"passed": "✓", "failed": "✗", "undecided": "?"}
 
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
@@ -43,6 +46,7 @@ td.when { white-space: nowrap; }
 .status-in_progress { color: #b26b00; } .status-blocked { color: #c0262d; }
 .status-completed { color: #217a3c; } .status-cancelled { color: #8a909c; }
 .pass { color: #217a3c; font-weight: 600; } .fail { color: #c0262d; font-weight: 600; }
+.undecided { color: #9a6700; font-weight: 600; }
 .why { color: #c0262d; font-size: .92em; }
 .charts { display: flex; flex-wrap: wrap; gap: 1rem; }
 .chart { border: 1px solid #eceef2; border-radius: 6px; padding: .3rem; }
@@ -157,8 +161,8 @@ def _verifications(verifs: Iterable[VerificationState], todos: dict[int, Any]) -
                "</tr>")
     for v in rows:
         todo = todos.get(v.todo_id) if v.todo_id is not None else None
-        verdict = '<span class="pass">PASSED</span>' if v.passed else \
-            '<span class="fail">FAILED</span>'
+        word = outcome(v.passed, v.checks, v.gate, v.metrics)
+        verdict = f'<span class="{_CLASS[word]}">{word.upper()}</span>'
         per = v.metrics.get("acceptance_per_position")
         bars = ""
         if isinstance(per, list):
@@ -167,8 +171,8 @@ def _verifications(verifs: Iterable[VerificationState], todos: dict[int, Any]) -
                 f"</span>pos {i} {_num(x, '.1%') if _isnum(x) else '-'}"
                 for i, x in enumerate(per, 1))
         gate = "<br>".join(
-            f'<span class="{"pass" if item.passed else "fail"}">'
-            f'{"✓" if item.passed else "✗"}</span> {_e(item.line)}'
+            f'<span class="{_CLASS[item.outcome]}">'
+            f'{_MARK[item.outcome]}</span> {_e(item.line)}'
             for item in gate_items(Gate.from_json(v.gate), v.metrics)) if v.gate else ""
         out.append(f"<tr><td>v{v.id}</td><td>{todo.id if todo else '-'}</td>"
                    f"<td>{_e(v.kind)}</td><td>{verdict}<div class=\"sub\">"

@@ -16,6 +16,7 @@ from harness.runner import Runner, cancel_run, stage_status
 from harness.runner.deadline import stage_timeout
 from harness.runner.plan import plan_run
 from harness.runner.scheduler import check_overrides, stage_host, stage_scope
+from harness.runner.spec_sync import changed_stages, describe
 from pipeline.eagle3.plan.campaign_plan import plan as campaign_plan
 from pipeline.eagle3.plan.disk_estimate import estimates as disk_estimates
 from pipeline.redact import redact_text
@@ -98,19 +99,27 @@ def check(spec_path: Path, as_json: bool) -> None:
                    "machine); replaces the spec's `defaults.timeout_scale`.")
 @click.option("--retry-blocked", is_flag=True,
               help="Run the blocked stages in scope again (their todos go back to pending).")
+@click.option("--rerun-changed", "changed", flag_value="rerun",
+              help="Completed stages whose action or `with:` changed in the spec since they "
+                   "ran run again, and the completed stages after them.")
+@click.option("--keep-changed", "changed", flag_value="keep",
+              help="Completed stages whose action or `with:` changed keep their results.")
 @click.option("--dry-run", is_flag=True,
               help="Show what a run would do now (run, skip, re-attach, wait), change nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="Do not echo job logs (they are stored).")
 @common_options
 def run_cmd(spec_path: Path, only: str | None, until: str | None, overrides: tuple[str, ...],
             timeouts: tuple[str, ...], timeout_scale: float | None, retry_blocked: bool,
-            dry_run: bool, quiet: bool) -> None:
+            changed: str | None, dry_run: bool, quiet: bool) -> None:
     """Run a pipeline: one todo per stage, each run as a detached job that survives
     disconnects, its log streamed into the store, completed only when its checks and gate
     pass (else blocked with the measured reason).
 
     Re-running resumes: finished stages are skipped, jobs left running are re-attached,
-    blocked stages are left alone unless --retry-blocked. Each stage's time limit counts
+    blocked stages are left alone unless --retry-blocked. The spec is the plan: a stage
+    waits on the stages its `needs` names now, and a completed stage whose action or
+    `with:` changed since it ran is refused unless --rerun-changed or --keep-changed says
+    what to do with it. Each stage's time limit counts
     from its job's start; a stage whose progress line (`eta Ns`) says it will not finish
     in time gets a warning with the command that gives it more. Ctrl-C (exit 130), SIGTERM
     (143) or SIGHUP (129) stops watching: jobs keep running on their hosts, servers that
@@ -144,7 +153,7 @@ def run_cmd(spec_path: Path, only: str | None, until: str | None, overrides: tup
     sess = h.session(create=True)
     _warn_if_run_elsewhere(h.store, sess.name, sess.pipeline, h.session_source.how, spec)
     runner = Runner(h.store, sess.id, spec, out=_echo, show_logs=not quiet,
-                    **options)  # type: ignore[arg-type]
+                    changed=changed, **options)  # type: ignore[arg-type]
     after = ("jobs keep running on their hosts (servers that stages started were stopped): "
              "run again to re-attach, or `harness cancel RUN` to stop one")
     try:
@@ -245,6 +254,11 @@ def _dry_run(spec: Pipeline, scope: list[str], store: Store | None, sid: int | N
     if any(r.verdict == "blocked" for r in rows):
         click.echo(f"blocked stages are not run: `{options['rerun']} --retry-blocked` "
                    "runs them")
+    changes = changed_stages(store, sid, spec, scope) if store is not None and sid else []
+    if changes:
+        click.echo(f"the spec changed completed stages since they ran: {describe(changes)}; "
+                   f"a run refuses them unless `{options['rerun']} --rerun-changed` (run "
+                   "them and the stages after them again) or `--keep-changed`")
 
 
 @click.command()

@@ -197,13 +197,18 @@ def show(todo_id: str, as_json: bool) -> None:
             code = "" if r.exit_code is None else f" exit {r.exit_code}"
             click.echo(f"  r{r.id} {r.state} on {r.host} (attempt {r.attempt}){code}"
                        + (f": {safe_line(r.reason, 80)}" if r.reason else ""))
+            served = ((r.result or {}).get("metrics") or {})
+            if isinstance(served.get("command"), str):  # a server's start, whole
+                click.echo(f"    command: {safe_line(served['command'])}")
+            if isinstance(served.get("fallback"), dict):
+                click.echo(f"    fallback: {safe_line(str(served['fallback'].get('why', '')))}")
     if verifications:
-        from harness.gates import TABLE, check_status
+        from harness.gates import TABLE, check_status, outcome
 
         click.echo("verifications:")
         for v in verifications:
             table = sum(1 for c in v.checks if check_status(c) == TABLE)
-            click.echo(f"  v{v.id} {'passed' if v.passed else 'failed'}"
+            click.echo(f"  v{v.id} {outcome(v.passed, v.checks, v.gate, v.metrics)}"
                        + (f" ({table} from the table, not checked)" if table else "")
                        + f": {safe_line(v.verdict, 90)}")
         for c in comparisons(verifications, h.store.verifications(sid)):

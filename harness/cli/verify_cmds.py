@@ -16,6 +16,7 @@ import click
 from harness import todos as uc
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.errors import EXIT_ERROR, HarnessError, UsageError
+from harness.gates import outcome
 from harness.render import aligned, safe_line
 from harness.runner import evaluate_gate, gate_reason
 from harness.served_view import speed_figures
@@ -262,7 +263,8 @@ def verifications_cmd(todo_id: str | None, as_json: bool) -> None:
         figures += speed_figures(m)
         link = " ".join(x for x in (f"t{v.todo_id}" if v.todo_id is not None else "",
                                     f"r{v.run_id}" if v.run_id is not None else "") if x)
-        heads.append([f"v{v.id}", "PASS" if v.passed else "FAIL", v.created_at[:19],
+        heads.append([f"v{v.id}", {"passed": "PASS", "failed": "FAIL", "undecided": "UNDECIDED"}[
+            outcome(v.passed, v.checks, v.gate, v.metrics)], v.created_at[:19],
                       link or "-", v.kind, " ".join(figures) or "-", v.artifact or "-",
                       f"sha256 {(v.sha256 or '-')[:12]}"])
     # Columns as wide as their widest cell (the artifact, up to 50), so long names of
@@ -281,7 +283,8 @@ def verifications_cmd(todo_id: str | None, as_json: bool) -> None:
 def _row_json(v: VerificationState) -> dict[str, Any]:
     return {"id": f"v{v.id}", "todo": f"t{v.todo_id}" if v.todo_id is not None else None,
             "run": f"r{v.run_id}" if v.run_id is not None else None, "kind": v.kind,
-            "passed": v.passed, "verdict": v.verdict, "artifact": v.artifact,
+            "passed": v.passed, "outcome": outcome(v.passed, v.checks, v.gate, v.metrics),
+            "verdict": v.verdict, "artifact": v.artifact,
             "sha256": v.sha256, "created_at": v.created_at, "gate": v.gate,
             "checks": v.checks, "metrics": v.metrics}
 

@@ -18,6 +18,15 @@ from pipeline.spec.models import Stage
 from state.store import Tx
 
 
+def gate_outcome(gate: Gate, metrics: dict[str, Any]) -> str:
+    """``passed``, ``failed`` (an item failed), or ``undecided`` (none failed, and an
+    interval straddles its threshold: the evidence cannot tell yet)."""
+    items = gate_items(gate, metrics)
+    if all(i.passed for i in items):
+        return "passed"
+    return "failed" if any(i.outcome == "failed" for i in items) else "undecided"
+
+
 def evaluate_gate(gate: Gate, metrics: dict[str, Any]) -> tuple[bool, list[str]]:
     """Returns (passed, one line per threshold)."""
     items = gate_items(gate, metrics)
@@ -25,13 +34,15 @@ def evaluate_gate(gate: Gate, metrics: dict[str, Any]) -> tuple[bool, list[str]]
 
 
 def gate_reason(gate: Gate, result: StageResult | None) -> str:
-    """Why a gate failed, numbers first: the action's own summary (for eagle3.verify
+    """Why a gate did not pass, numbers first: the action's own summary (for eagle3.verify
     ``acceptance 15% (τ 1.17) at k=3; pos1 40%; projected 0.66x``), then what the gate
-    needs of each failing metric and what was measured."""
+    needs of each item that did not pass and what was measured. An undecided gate says so
+    in its first words: it is not a failure, and a longer measurement may decide it."""
     metrics = result.metrics if result is not None else {}
     failing = [i.needs for i in gate_items(gate, metrics) if not i.passed]
     head = headline(result.summary) if result is not None else ""
-    return "gate failed: " + (f"{head}; " if head else "") + "gate needs " + ", ".join(failing)
+    return f"gate {gate_outcome(gate, metrics)}: " + (f"{head}; " if head else "") + \
+        "gate needs " + ", ".join(failing)
 
 
 def headline(summary: str) -> str:
@@ -103,7 +114,7 @@ def record_verification(tx: Tx, stage: Stage, todo: int, run_id: int,
     if result is None or not (result.checks or gate):
         return
     passed = result.ok and (verdict.gate_ok or not gate)
-    text = (gated_headline(result) + f"gate {'passed' if verdict.gate_ok else 'failed'}: "
+    text = (gated_headline(result) + f"gate {gate_outcome(gate, result.metrics)}: "
             + "; ".join(verdict.gate_lines)) if gate \
         else (result.summary or ("all checks passed" if passed else "checks failed"))
     sha = result.metrics.get("sha256")

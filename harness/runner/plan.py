@@ -76,7 +76,11 @@ def _judge(name: str, t: TodoState | None, todos: dict[int, TodoState],
         return PlanRow(name, t.id, "blocked", f"{t.blocked_reason or 'blocked'} (not run; "
                                               "--retry-blocked runs it)")
     stage_of = {x.num: x.stage for x in todos.values()}
-    unmet = [d for d in t.depends_on if d in todos and todos[d].status != "completed"
+    # the spec is the plan: a run first makes stage todos depend on the spec's needs
+    # (spec_sync.follow_needs); a person's own dependencies stay
+    deps = [by_stage[n].num for n in needs if by_stage.get(n) is not None] + \
+        [d for d in t.depends_on if stage_of.get(d) is None]
+    unmet = [d for d in deps if d in todos and todos[d].status != "completed"
              and stage_of.get(d) not in will_complete]
     if unmet:
         return PlanRow(name, t.id, "waiting", "waits on " + ", ".join(

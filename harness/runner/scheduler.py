@@ -14,9 +14,18 @@ import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from harness.errors import UsageError
+from harness.errors import HarnessError, UsageError
 from harness.render import safe_line
 from harness.runner.ownership import ACTIVE, RUNNER, host_record, job_key, owner_alive, owner_id
+from harness.runner.plan import RUNS, plan_run
+from harness.runner.spec_sync import (
+    ChangeMode,
+    apply_changes,
+    changed_stages,
+    definition,
+    describe,
+    follow_needs,
+)
 from harness.runner.supervise import Outcome, Supervisor
 from harness.services import stop_services, stopped_servers
 from pipeline.hosts.executor import Executor
@@ -49,7 +58,7 @@ class Runner:
                  host_overrides: dict[str, str] | None = None,
                  timeouts: Mapping[str, float | None] | None = None,
                  timeout_scale: float | None = None, retry_blocked: bool = False,
-                 rerun: str | None = None,
+                 rerun: str | None = None, changed: ChangeMode | None = None,
                  out: Callable[[str], None] = print, show_logs: bool = True,
                  poll_interval: float = 0.5):
         self.store = store
@@ -60,6 +69,7 @@ class Runner:
         self.timeouts = dict(timeouts or {})
         check_overrides(spec, self.overrides, self.timeouts)
         self.retry_blocked = retry_blocked
+        self.changed = changed
         #: the command that runs this pipeline again, as advice in messages
         self.rerun = rerun or f"harness run {spec.path or 'PIPELINE.yaml'}"
         self.scope = stage_scope(spec, only, until)
@@ -77,7 +87,10 @@ class Runner:
         return stage_host(self.spec, stage, self.overrides)
 
     def ensure_todos(self) -> dict[str, int]:
-        """One todo per stage, created once; a person's edits to them are kept."""
+        """One todo per stage, created once; a person's edits to them are kept. The spec
+        is the plan: a stage todo's dependencies on other stages follow the spec's
+        ``needs`` as they are now (a dependency the spec dropped no longer holds it back,
+        and one it added does), and each change is said and kept in the todo's history."""
         with self.store.write(self.sid, RUNNER) as tx:
             tx.set_session_pipeline(self.spec.name,
                                     str(self.spec.path) if self.spec.path else None)
@@ -89,12 +102,15 @@ class Runner:
                 t = tx.create_todo(stage.todo or stage.name, priority=stage.priority,
                                    stage=stage.name, depends_on=deps, origin="pipeline")
                 by_stage[stage.name] = t.num
+            for line in follow_needs(tx, self.spec, by_stage):
+                self.out(line)
             return by_stage
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> RunReport:
         report = RunReport()
         todos = self.ensure_todos()
+        self._follow_definitions()
         total = len(self.scope)
         self.out(f"pipeline {self.spec.name}: {total} stage(s) in scope, session todos "
                  + ", ".join(f"{s}=t{todos[s]}" for s in self.scope))
@@ -117,6 +133,23 @@ class Runner:
             self.close()
         self._summarise(report)
         return report
+
+    def _follow_definitions(self) -> None:
+        """A completed stage whose action or ``with:`` changed in the spec since it ran is
+        not silently kept: without ``--rerun-changed`` or ``--keep-changed`` the run
+        refuses, naming what changed."""
+        changes = changed_stages(self.store, self.sid, self.spec, self.scope)
+        if not changes:
+            return
+        if self.changed is None:
+            raise HarnessError(
+                f"the spec changed {len(changes)} completed stage(s) since they ran: "
+                + describe(changes),
+                hint=f"`{self.rerun} --rerun-changed` runs them (and the completed stages "
+                     f"after them) again; `{self.rerun} --keep-changed` keeps their results")
+        with self.store.write(self.sid, RUNNER) as tx:
+            for line in apply_changes(tx, self.spec, changes, self.changed):
+                self.out(line)
 
     def _unblock_scope(self) -> None:
         """``--retry-blocked``: the blocked todos of stages in scope go back to pending."""
@@ -143,6 +176,13 @@ class Runner:
         stage in scope that needs it is still to run (a re-run after a blocked benchmark,
         or ``--only benchmark``): its todo goes back to pending, and into the scope."""
         stopped = stopped_servers(self.store.runs(self.sid))
+        if not stopped:
+            return
+        # only for a stage that will run: one held back by a blocked stage would have its
+        # servers started for nothing, and stopped again at the end
+        will_run = {row.stage for row in plan_run(self.store, self.sid, self.spec, self.scope,
+                                                  retry_blocked=self.retry_blocked)
+                    if row.verdict in RUNS}
         revived: set[str] = set()
         with self.store.write(self.sid, RUNNER) as tx:
             by_stage = {t.stage: t for t in tx.state.todos.values() if t.stage}
@@ -152,7 +192,8 @@ class Runner:
                     continue
                 waiting = [s for s in self.scope if stage.name in self.spec.stage(s).needs
                            and s in by_stage and by_stage[s].status in ("pending",
-                                                                         "in_progress")]
+                                                                         "in_progress")
+                           and s in will_run]
                 if not waiting:
                     continue
                 tx.update_todo(t.num, status="pending")
@@ -242,7 +283,8 @@ class Runner:
         host = self.host(stage)
         run = tx.queue_run(todo_id=todo, host=host.name, stage=stage.name, attempt=attempt)
         key = job_key(self.store, run.id)
-        tx.update_run(run.id, job={"key": key, "host": host_record(host)}, owner=owner_id())
+        tx.update_run(run.id, job={"key": key, "host": host_record(host),
+                                   "definition": definition(stage)}, owner=owner_id())
         return tx.state.runs[run.id]
 
     def _execute(self, stage: Stage, todo: TodoState, run: RunState) -> Outcome:

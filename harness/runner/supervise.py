@@ -36,6 +36,9 @@ from state.fold import RunState
 from state.series import SeriesPoint
 from state.store import Store, utcnow
 
+# a live log line longer than this is cut on the terminal; the store keeps it whole
+LIVE_WIDTH = 300
+
 
 @dataclass
 class Outcome:
@@ -198,11 +201,14 @@ class Supervisor:
         with self.store.write(self.sid, RUNNER) as tx:
             tx.emit("todo.noted", todo_id=todo, payload={"text": f"warning: {warning}"})
 
-    def _show(self, stage: Stage, chunk: Chunk) -> None:
+    def _show(self, stage: Stage, chunk: Chunk, run_id: int) -> None:
         if self.show_logs:
             for line in chunk[1].splitlines():
                 if not is_series(line):  # a point is for the charts, not for reading
-                    self.out(f"  {stage.name} | {safe_line(line, 300)}")
+                    shown = safe_line(line, LIVE_WIDTH)
+                    if len(shown) < len(safe_line(line)):  # a server's command, say
+                        shown += f" (cut here; the whole line: harness logs r{run_id})"
+                    self.out(f"  {stage.name} | {shown}")
 
     def _flush_log(self, run_id: int, chunks: Iterable[Chunk],
                    points: Sequence[SeriesPoint] = ()) -> None:
@@ -405,7 +411,7 @@ class _Stream:
         self.chunks.append(chunk)
         self.pending += len(chunk[1])
         self.points += self.series.feed(*chunk, final=final)
-        self.sup._show(self.stage, chunk)
+        self.sup._show(self.stage, chunk, self.run_id)
         for message in self.series.take_messages():
             self.sup.out(f"[{self.stage.name}] {message}")
 

@@ -1,30 +1,37 @@
 """Measure the served speedup: one or more speculative servers against the same target
-without speculation, over repeated trials of levels long enough to mean something.
+without speculation, in paired trials until the speedup's interval is narrow enough.
 
 These are served numbers: the engine's own decoding (CUDA graphs, batching, its kernels),
 not the reference loop of ``eagle3.verify``, whose speedup is an upper bound no engine
 reaches. ``url`` is one speculative server, or a mapping of several (``{k3: URL, k1: URL}``:
 a sweep over k, or a schedule beside the fixed k it should beat); ``baseline_url`` is the
-target alone, measured once for all of them.
+target alone, measured once per trial for all of them.
 
-A trial runs every concurrency in ``concurrency`` (default ``[1, 4, 16, 64]``); at each, the
-baseline and then every candidate get one level (:mod:`pipeline.eagle3.serving.load_levels`): at least
-``requests`` (default 10 x the concurrency) streaming requests, the prompt set cycled,
-``concurrency`` in flight, for at least ``min_seconds`` (default 20 s), ending at a whole
-pass over the prompts. ``trials`` (default 3) repeats it all. Per server and level it
-measures output tokens/s, TTFT, TPOT (``(latency - TTFT) / (tokens - 1)``, as ``vllm bench
-serve``), ITL (the gaps between stream chunks) with p50/p99; around every level it scrapes
-``/metrics`` for the spec-decode counter deltas (:mod:`pipeline.vllm.metrics`): acceptance
-rate, mean acceptance length, per-position acceptance. A trial's speedup at a level is the
-candidate's tokens/s over the baseline's in that trial (:mod:`pipeline.eagle3.serving.trials`); the level
-reports the median and the smallest and largest trial of every figure, and is *unstable*
-when its speedups spread more than ``spread_tolerance`` (default 10%) of their median.
-``output_len`` fixes every answer's length (``ignore_eos``) instead of natural lengths
-(at most ``max_tokens``); the result says which.
+The levels in ``concurrency`` (default ``[1, 4, 16, 64]``) are measured one after another.
+At a level, a *trial* gives the baseline and every candidate one run each
+(:mod:`pipeline.eagle3.serving.load_levels`): at least ``requests`` (default 10 x the
+concurrency) streaming requests, the prompt set cycled, ``concurrency`` in flight, for at
+least ``min_seconds``, ending at a whole pass over the prompts. Trials alternate their order
+(baseline first, then last: ABBA, so that the host's drift cancels in each pair of trials),
+and a trial's speedup is the candidate's tokens/s over the baseline's in that trial
+(:mod:`pipeline.eagle3.serving.trials`). After ``trials`` trials (default 4, an even
+number) the level goes on, two trials at a time, until every candidate's 95% interval
+(``confidence``) of the speedup is within ``ci_width`` (default ± 5%) of its estimate, or
+``level_budget`` seconds (default 120) of the level have passed, or ``max_trials`` (default
+16) were run. ``trials: 1`` measures each level once, with no interval (a quick sweep).
+Per server and level it measures output tokens/s, TTFT, TPOT (``(latency - TTFT) / (tokens
+- 1)``, as ``vllm bench serve``), ITL (the gaps between stream chunks) with p50/p99; around
+every run it scrapes ``/metrics`` for the spec-decode counter deltas
+(:mod:`pipeline.vllm.metrics`): acceptance rate, mean acceptance length, per-position
+acceptance. ``output_len`` fixes every answer's length (``ignore_eos``) instead of natural
+lengths (at most ``max_tokens``); the result says which.
 
 Metrics (of the first candidate; the others under ``candidates``), for a stage ``gate``:
-``speedup_c<N>`` (the smallest trial's speedup: what ``min_served_speedup: {at: 1, min:
-1.3}`` holds), ``speedup_median_c<N>``, ``speedup_max_c<N>``, ``speedup_spread_c<N>``,
+``speedup_c<N>`` (the geometric mean of the level's trials: what ``min_served_speedup:
+{at: 1, min: 1.3}`` holds, with its interval), ``speedup_low_c<N>``,
+``speedup_high_c<N>`` (the interval), ``speedup_ci_c<N>`` (its half-width, a share),
+``speedup_trials_c<N>``, ``speedup_settled_c<N>``, ``stopped_c<N>`` (why the level took
+no more trials: settled, budget, max_trials, one trial), ``speedup_median_c<N>``,
 ``speedup_min``, ``speedup``, ``throughput_c<N>``, ``tpot_p50_ms_c<N>``,
 ``ttft_p50_ms_c<N>``, ``ttft_p99_ms_c<N>``, ``itl_p50_ms_c<N>``, ``itl_p99_ms_c<N>`` (and
 ``baseline_...``; medians over trials), ``acceptance_rate``, ``acceptance_length``,
@@ -32,15 +39,16 @@ Metrics (of the first candidate; the others under ``candidates``), for a stage `
 ``acceptance_rate_c<N>``, ``acceptance_per_position_c<N>``, ``num_drafts_c<N>``,
 ``outputs_equal_c<N>``, ``outputs_equal``, ``outputs_compared``, ``num_drafts``,
 ``num_draft_tokens``, ``num_accepted_tokens``, ``requests_failed``, ``trials``,
-``spread_tolerance``, ``unstable_levels``, ``mean_output_tokens``. ``served_table`` has the
-printed rows, ``levels`` every trial per server and level, and ``out`` (default
-``bench.json`` beside the result) every request.
+``confidence``, ``ci_width``, ``level_budget``, ``unsettled_levels``,
+``mean_output_tokens``. ``served_table`` has the printed rows, ``levels`` every trial per
+server and level, and ``out`` (default ``bench.json`` beside the result) every request.
 
 ``schedule_out`` turns the run into a sweep: from each candidate's k (read from its
 counters: draft tokens per draft) and speedup per level it writes the
 ``num_speculative_tokens_per_batch_size`` schedule (:mod:`pipeline.vllm.schedule`) that
-``eagle3.serve`` takes. ``sweep`` (that file) makes a later run report whether its
-candidate beats the best fixed k of the sweep at each level.
+``eagle3.serve`` takes, keeping to the schedules vLLM can start (k does not rise with the
+batch size) and naming the levels that gave up their fastest k. ``sweep`` (that file) makes
+a later run report whether its candidate beats the best fixed k of the sweep at each level.
 
 Checks: ``requests_ok``, ``spec_decode_metrics`` (every candidate exports the counters and
 drafted), ``spec_counters_consistent``, ``baseline_not_speculating``, and at temperature 0
@@ -63,7 +71,8 @@ from pipeline.eagle3.serving.load_levels import Interrupted, Level, run_level
 from pipeline.eagle3.serving.prompts import load_prompts, request_bodies
 from pipeline.eagle3.serving.report import fmt
 from pipeline.eagle3.serving.results import Server, conclude, read_sweep
-from pipeline.eagle3.serving.trials import BASELINE, DEFAULT_TOLERANCE
+from pipeline.eagle3.serving.sequential import Rule, least_trials, measure
+from pipeline.eagle3.serving.trials import BASELINE, DEFAULT_CI_WIDTH, DEFAULT_CONFIDENCE
 from pipeline.errors import ActionError
 from pipeline.served_gates import BENCH_LEVELS
 from pipeline.vllm.metrics import SpecSnapshot, spec_delta, spec_snapshot
@@ -125,11 +134,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-seconds", type=float, default=20.0,
                    help="each level sends requests for at least this long, then finishes "
                         "its pass over the prompts (0: exactly `requests`)")
-    p.add_argument("--trials", type=int, default=3,
-                   help="repeat every level this often; speedups are per trial")
-    p.add_argument("--spread-tolerance", type=float, default=DEFAULT_TOLERANCE,
-                   help="a level whose speedups spread more than this share of their "
-                        "median is unstable, and no gate decides on it")
+    p.add_argument("--trials", type=int, default=4,
+                   help="at least this many trials per level (an even number: each pair is "
+                        "an ABBA block); 1 measures each level once, with no interval")
+    p.add_argument("--max-trials", type=int, default=16,
+                   help="no level takes more trials than this")
+    p.add_argument("--ci-width", type=float, default=DEFAULT_CI_WIDTH,
+                   help="a level takes trials until every candidate's interval of the "
+                        "speedup is within this share of its estimate (0.05: +-5%%)")
+    p.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE,
+                   help="the interval's confidence level")
+    p.add_argument("--level-budget", type=float, default=120.0,
+                   help="seconds: no new pair of trials starts at a level after this long "
+                        "(its interval is then reported as it is)")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--output-len", type=int, default=None,
                    help="every answer this many tokens (ignore_eos) instead of natural "
@@ -237,9 +254,16 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ActionError(f"requests must be at least 1, got {args.requests}")
     if args.output_len is not None and args.output_len < 1:
         raise ActionError(f"output_len must be at least 1 token, got {args.output_len}")
-    if not 0 < args.spread_tolerance < 1:
-        raise ActionError(f"spread_tolerance is a share of the median speedup between 0 "
-                          f"and 1 (0.1 is 10%), got {args.spread_tolerance:g}")
+    if args.max_trials < args.trials:
+        raise ActionError(f"max_trials ({args.max_trials}) is below trials ({args.trials})")
+    if not 0 < args.ci_width < 1:
+        raise ActionError(f"ci_width is a share of the estimate between 0 and 1 (0.05 is "
+                          f"+-5%), got {args.ci_width:g}")
+    if not 0.5 <= args.confidence < 1:
+        raise ActionError(f"confidence is a level between 0.5 and 1 (0.95), got "
+                          f"{args.confidence:g}")
+    if args.level_budget <= 0:
+        raise ActionError(f"level_budget must be > 0 seconds, got {args.level_budget:g}")
     chosen = args.schedule_from
     if chosen is not None and (not isinstance(chosen, list) or not all(
             isinstance(n, str) and n in args.url for n in chosen)):
@@ -273,11 +297,36 @@ def run(args: argparse.Namespace) -> StageResult:
     levels: list[Level] = []
     interrupted: Level | None = None
     plan = {c: args.requests or 10 * c for c in args.concurrency}
-    floor = args.trials * len(args.concurrency) * len(servers) * args.min_seconds
-    print(f"plan: {args.trials} trial(s) x {len(args.concurrency)} level(s) x "
-          f"{len(servers)} server(s), each level >= {args.min_seconds:g} s and >= "
-          + ", ".join(f"{n} requests at c={c}" for c, n in plan.items())
-          + (f": at least {floor:.0f} s" if floor else ""), flush=True)
+    rule = Rule(args.trials, args.max_trials, args.ci_width, args.confidence,
+                args.level_budget)
+    least = least_trials(args.trials)
+    floor = least * len(args.concurrency) * len(servers) * args.min_seconds
+    print("plan: per level (" + ", ".join(f"c={c}: >= {n} requests" for c, n in plan.items())
+          + f"), {'one trial' if least == 1 else f'{least} to {args.max_trials} trials'} of "
+          f"{len(servers)} server(s), each run >= {args.min_seconds:g} s"
+          + ("" if least == 1 else f", ABBA order, until the {args.confidence:.0%} interval "
+             f"is within +-{args.ci_width:.0%} or {args.level_budget:g} s of the level have "
+             "passed") + (f": at least {floor:.0f} s" if floor else ""), flush=True)
+    stops: dict[int, str] = {}
+
+    def one(server: Server, c: int, trial: int) -> Level:
+        level = Level(server.role, server.url, c, plan[c], trial=trial)
+        before = _scrape(server.url, labels[server.role], api_key)
+        try:
+            run_level(level, bodies[server.role], timeout=args.request_timeout,
+                      api_key=api_key, min_seconds=args.min_seconds)
+        except Interrupted:
+            levels.append(level)
+            raise
+        finally:
+            try:
+                level.spec = spec_delta(before, _scrape(server.url, labels[server.role],
+                                                        api_key))
+            except (ActionError, KeyboardInterrupt):
+                level.spec = None
+        print(_report(level), flush=True)
+        return level
+
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         for server in servers:
@@ -286,22 +335,8 @@ def run(args: argparse.Namespace) -> StageResult:
                 run_level(warm, bodies[server.role], timeout=args.request_timeout,
                           api_key=api_key)
                 print(f"warm-up {server.role}: {len(warm.ok)}/{args.warmup} ok", flush=True)
-        for trial in range(1, args.trials + 1):
-            for c in args.concurrency:
-                for server in servers:
-                    level = Level(server.role, server.url, c, plan[c], trial=trial)
-                    before = _scrape(server.url, labels[server.role], api_key)
-                    try:
-                        run_level(level, bodies[server.role], timeout=args.request_timeout,
-                                  api_key=api_key, min_seconds=args.min_seconds)
-                    finally:
-                        try:
-                            level.spec = spec_delta(before, _scrape(
-                                server.url, labels[server.role], api_key))
-                        except (ActionError, KeyboardInterrupt):
-                            level.spec = None
-                        levels.append(level)
-                    print(_report(level), flush=True)
+        stops = measure(servers, args.concurrency, rule, one, levels,
+                        [p.id for p in prompts], out=lambda line: print(line, flush=True))
     except Interrupted as exc:
         interrupted = exc.level
         print(_report(exc.level), flush=True)
@@ -310,8 +345,8 @@ def run(args: argparse.Namespace) -> StageResult:
     finally:
         signal.signal(signal.SIGTERM, previous)
     conclude(result, levels, servers, args, out_path=out_path, interrupted=interrupted,
-             prompt_ids=[p.id for p in prompts],
-             planned=args.trials * len(servers) * sum(plan.values()))
+             prompt_ids=[p.id for p in prompts], stops=stops,
+             planned=least * len(servers) * sum(plan.values()))
     return result
 
 

@@ -1,10 +1,12 @@
-"""Levels that measure something: repeated trials, their spread and verdict, several
-candidates against one baseline, the sweep's schedule, and fixed against natural lengths.
+"""Levels that measure something: paired trials in ABBA order, the interval they give,
+several candidates against one baseline, the sweep's schedule, and fixed against natural
+lengths.
 
 The benchmark runs for real against stand-in servers; no test asserts a speedup's size
 (a loaded machine decides that), only what the figures are made of: each trial's speedup
-is the ratio of that trial's throughputs, the gated figure the smallest of them, the
-verdict their spread against the tolerance, the schedule the fastest measured k per level.
+is the ratio of that trial's throughputs, the gated figure their geometric mean with its
+interval, the schedule the fastest measured k per level that vLLM can start. The rule
+itself is tested on scripted trials in tests/serve/test_sequential.py.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 
 from harness.gates import gate_items
 from pipeline.eagle3.serving.load_levels import Level
-from pipeline.eagle3.serving.trials import Spread, verdicts
+from pipeline.eagle3.serving.trials import Spread, interval, verdicts
 from pipeline.gates import parse_gate
 from pipeline.vllm import schedule as sched
 from pipeline.vllm.openai_client import StreamTiming
@@ -40,85 +42,60 @@ def test_a_trials_speedup_is_against_the_baseline_of_the_same_trial() -> None:
     levels = [_level("baseline", 1, 1, 100, 1.0), _level("spec", 1, 1, 150, 1.0),
               _level("baseline", 1, 2, 100, 2.0), _level("spec", 1, 2, 140, 2.0),
               _level("baseline", 1, 3, 100, 1.0), _level("spec", 1, 3, 160, 1.0)]
-    (v,) = verdicts(levels, "spec", ["p"], tolerance=0.1).values()
+    (v,) = verdicts(levels, "spec", ["p"], ci_width=0.1).values()
     assert v.speedups == pytest.approx([1.5, 1.4, 1.6])
-    assert v.conservative == pytest.approx(1.4)
+    assert v.estimate == pytest.approx((1.5 * 1.4 * 1.6) ** (1 / 3))
     assert v.speedup == Spread(pytest.approx(1.5), pytest.approx(1.4), pytest.approx(1.6), 3)
-    assert v.spread == pytest.approx(0.2 / 1.5) and v.stable is False
-    assert v.word == "UNSTABLE"
-    assert verdicts(levels, "spec", ["p"], tolerance=0.15)[1].stable is True
+    ci = v.interval
+    assert ci.low < 1.4 and ci.high > 1.6 and ci.n == 3
+    assert v.settled is False and v.word() == "WIDE"  # three spread trials: +-16%
     one = verdicts(levels[:2], "spec", ["p"])[1]
-    assert one.stable is None and one.spread is None and one.word == "1 trial"
+    assert one.interval.low is None and not one.settled and one.word() == "1 trial"
 
 
-def test_trials_report_median_and_range_and_gate_the_smallest(tmp_path: Path,
-                                                               fake_server) -> None:
+def test_paired_trials_against_real_servers_give_an_interval_the_gate_holds(
+        tmp_path: Path, fake_server) -> None:
     base, _ = fake_server()
     fast, _ = fake_server(spec=spec(3))
     code, doc, out = benchmark(tmp_path, "--url", fast, "--baseline-url", base, "--prompts",
                                COMPLETION_PROMPTS, "--concurrency", "[1, 2]", "--max-tokens",
-                               "12", "--warmup", "0", "--trials", "3", "--requests", "6",
-                               "--min-seconds", "0", "--spread-tolerance", "0.5")
+                               "12", "--warmup", "0", "--trials", "4", "--requests", "6",
+                               "--min-seconds", "0", "--level-budget", "3",
+                               "--max-trials", "6")
     assert code == 0, out
     m = doc["metrics"]
-    assert m["trials"] == 3 and m["speedup_figure"] == "the smallest of 3 trials"
+    assert m["trials"] == 4 and m["speedup_figure"].startswith("geometric mean of paired")
     levels = m["levels"]
-    assert sorted({(lv["trial"], lv["concurrency"]) for lv in levels}) == [
-        (t, c) for t in (1, 2, 3) for c in (1, 2)]
-    # interleaved: in each trial and level the baseline, then the candidate
-    assert [(lv["trial"], lv["concurrency"], lv["role"]) for lv in levels[:4]] == [
-        (1, 1, "baseline"), (1, 1, "spec"), (1, 2, "baseline"), (1, 2, "spec")]
+    # level by level, ABBA: baseline first in odd trials, last in even ones
+    assert [(lv["concurrency"], lv["trial"], lv["role"]) for lv in levels[:4]] == [
+        (1, 1, "baseline"), (1, 1, "spec"), (1, 2, "spec"), (1, 2, "baseline")]
     for c in (1, 2):
         by = {(lv["role"], lv["trial"]): lv for lv in levels if lv["concurrency"] == c}
+        trials = sorted({t for _r, t in by})
+        assert len(trials) % 2 == 0 and 4 <= len(trials) <= 6
         ratios = [by[("spec", t)]["output_throughput"] / by[("baseline", t)]
-                  ["output_throughput"] for t in (1, 2, 3)]
-        assert m[f"speedup_c{c}"] == pytest.approx(min(ratios), rel=1e-3)
-        assert m[f"speedup_max_c{c}"] == pytest.approx(max(ratios), rel=1e-3)
-        assert m[f"speedup_median_c{c}"] == pytest.approx(sorted(ratios)[1], rel=1e-3)
-        assert m[f"speedup_spread_c{c}"] == pytest.approx(
-            (max(ratios) - min(ratios)) / sorted(ratios)[1], abs=1e-3)
-        tok = sorted(by[("spec", t)]["output_throughput"] for t in (1, 2, 3))
-        assert m[f"throughput_c{c}"] == pytest.approx(tok[1], rel=1e-3)
-        itl = sorted(by[("spec", t)]["itl_ms"]["p99"] for t in (1, 2, 3))
-        assert m[f"itl_p99_ms_c{c}"] == pytest.approx(itl[1], rel=1e-3)
+                  ["output_throughput"] for t in trials]
+        ci = interval(ratios)
+        assert m[f"speedup_c{c}"] == pytest.approx(ci.estimate, rel=1e-3)
+        assert m[f"speedup_low_c{c}"] == pytest.approx(ci.low, rel=1e-3)
+        assert m[f"speedup_high_c{c}"] == pytest.approx(ci.high, rel=1e-3)
+        assert m[f"speedup_trials_c{c}"] == len(trials)
+        assert m[f"stopped_c{c}"] in ("settled", "budget", "max_trials")
+        assert m[f"speedup_settled_c{c}"] is (ci.half_width <= 0.05)
         row = next(r for r in m["served_table"] if r["concurrency"] == c)
-        assert row["trials"] == 3 and row["speedup"] == m[f"speedup_c{c}"]
-        assert row["spec_tok_s"] == [pytest.approx(x, rel=1e-3) for x in (tok[1], tok[0],
-                                                                          tok[2])]
+        assert row["trials"] == len(trials) and row["speedup"] == m[f"speedup_c{c}"]
+        assert row["interval"] == [m[f"speedup_low_c{c}"], m[f"speedup_high_c{c}"]]
         assert set(row["spec"]) == {"tpot_p50_ms", "itl_p50_ms", "itl_p99_ms",
                                     "ttft_p50_ms", "ttft_p99_ms"}
     # every trial's answers were compared with the baseline's
-    assert m["outputs_compared"] == 3 * (6 + 6) and m["outputs_equal"] == 1.0
+    assert m["outputs_equal"] == 1.0
     table = out[out.index("served (vLLM"):]
-    assert "3 trial(s)" in table and "speedup (min)" in table and "TTFT p99" in table
-    # the gate holds the smallest trial, and says so (or, where this machine's noise
-    # spread the trials past the tolerance, says the level is unstable)
+    assert "ABBA order" in table and "interval" in table and "TTFT p99" in table
+    assert "[c=1] after 4 trials" in out
+    # the gate holds the interval, and its line says so
     (item,) = gate_items(parse_gate({"min_served_speedup": {"at": 1, "min": 0.001}}), m)
-    assert item.value == m["speedup_c1"]
-    stable = m["speedup_spread_c1"] <= 0.5
-    assert item.passed is stable and m["served_table"][0]["stable"] is stable
-    assert ("(the smallest of 3 trials, spread " in item.line) is stable
-
-
-def test_a_level_whose_trials_disagree_is_unstable_and_not_decided(tmp_path: Path,
-                                                                    fake_server) -> None:
-    """The candidate's steps take 6x longer after its first trial's requests: its trials'
-    speedups are far apart, so the level is reported unstable and no gate decides on it."""
-    base, _ = fake_server()
-    slowing, _ = fake_server("--fake-slow-after", "6", "--fake-slow-factor", "6",
-                             spec=spec(3))
-    code, doc, out = benchmark(tmp_path, "--url", slowing, "--baseline-url", base,
-                               "--prompts", COMPLETION_PROMPTS, "--concurrency", "[1]",
-                               "--max-tokens", "12", "--warmup", "0", "--trials", "2",
-                               "--requests", "6")
-    assert code == 0, out
-    m = doc["metrics"]
-    assert m["speedup_spread_c1"] > 0.1 and m["unstable_levels"] == [1]
-    assert m["served_table"][0]["stable"] is False
-    assert "UNSTABLE" in out[out.index("served (vLLM"):]
-    assert "(median " in doc["summary"] and "UNSTABLE)" in doc["summary"]
-    (item,) = gate_items(parse_gate({"min_served_speedup": {"at": 1, "min": 0.001}}), m)
-    assert not item.passed and "served_speedup c=1 unstable: its trials spread " in item.line
+    assert item.outcome == "passed" and item.value == m["speedup_c1"]
+    assert "95% interval" in item.line
 
 
 def test_a_level_lasts_min_seconds_and_ends_at_a_whole_pass(tmp_path: Path,
@@ -134,7 +111,7 @@ def test_a_level_lasts_min_seconds_and_ends_at_a_whole_pass(tmp_path: Path,
     assert level["requests"] % prompts == 0 and level["requests"] >= prompts
     texts = [b["body"]["messages"][0]["content"] for b in sent(record)]
     assert all(texts.count(t) == level["requests"] // prompts for t in set(texts))
-    assert "each level >= 0.6 s" in out
+    assert "each run >= 0.6 s" in out
 
 
 def test_fixed_and_natural_lengths_are_reported(tmp_path: Path, fake_server) -> None:
@@ -218,7 +195,10 @@ def test_several_candidates_share_one_baseline_and_the_sweep_writes_a_schedule(
     (["--trials", "0"], "trials must be at least 1, got 0"),
     (["--min-seconds", "-1"], "min_seconds must be >= 0"),
     (["--output-len", "0"], "output_len must be at least 1 token"),
-    (["--spread-tolerance", "10"], "spread_tolerance is a share of the median speedup"),
+    (["--ci-width", "5"], "ci_width is a share of the estimate between 0 and 1"),
+    (["--trials", "4", "--max-trials", "2"], "max_trials (2) is below trials (4)"),
+    (["--confidence", "95"], "confidence is a level between 0.5 and 1"),
+    (["--level-budget", "0"], "level_budget must be > 0 seconds"),
     (["--url", '{"baseline": "http://x"}'], "'baseline' names the baseline_url"),
     (["--schedule-out", "s.json"], "a schedule is chosen by speedup over plain: give "
                                    "baseline_url"),

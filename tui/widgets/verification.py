@@ -28,7 +28,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from harness.charts.model import Chart, served_chart
-from harness.gates import FAIL, TABLE, Gate, check_status, gate_items
+from harness.gates import FAIL, TABLE, UNDECIDED, Gate, check_status, gate_items, outcome
 from harness.render import safe_line
 from harness.served_view import Comparison, reference_bound
 from state.fold import VerificationState
@@ -62,6 +62,10 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> Text:
     return out
 
 
+_MARKS = {"passed": ("✓ ", "bold green"), "failed": ("✗ ", "bold red"),
+          UNDECIDED: ("? ", "bold yellow")}
+
+
 def gate_rows(gate: Gate, metrics: dict[str, Any]) -> list[tuple[Text, Text]]:
     """Each threshold with the measured value it was compared with, judged as the runner
     judges it (:func:`harness.gates.gate_items`)."""
@@ -73,8 +77,7 @@ def gate_rows(gate: Gate, metrics: dict[str, Any]) -> list[tuple[Text, Text]]:
     for item in gate_items(gate, known):
         value = Text()
         if item.says:  # a line in words (served τ against offline τ): both numbers
-            value.append("✓ " if item.passed else "✗ ",
-                         style="bold green" if item.passed else "bold red")
+            value.append(*_MARKS[item.outcome])
             value.append(item.says)
         elif item.value is None:
             value.append(_shown(item.threshold))
@@ -95,7 +98,8 @@ def attempt_label(v: VerificationState) -> Text:
     """One short line per attempt (an OptionList wraps long ones): when, which run, and
     the headline figures, or the verdict when there are none."""
     out = Text(no_wrap=True, overflow="ellipsis")
-    out.append("✓ " if v.passed else "✗ ", style="bold green" if v.passed else "bold red")
+    word = outcome(v.passed, v.checks, v.gate, v.metrics)
+    out.append(*_MARKS[word])
     out.append(f"v{v.id}", style="bold")
     out.append(f"  {clock(v.created_at)[5:16]}", style="dim")
     if v.run_id is not None:
@@ -238,9 +242,15 @@ def table_line(checks: list[dict[str, Any]]) -> Text | None:
     return out
 
 
+_BADGES = {"passed": (" PASSED ", "bold white on dark_green"),
+           "failed": (" FAILED ", "bold white on red3"),
+           UNDECIDED: (" UNDECIDED ", "bold black on yellow")}
+
+
 def verdict_badge(v: VerificationState) -> Text:
-    return Text(" PASSED " if v.passed else " FAILED ",
-                style="bold white on dark_green" if v.passed else "bold white on red3")
+    """PASSED, FAILED, or UNDECIDED: a served speedup whose interval holds the threshold
+    is neither, and says so."""
+    return Text(*_BADGES[outcome(v.passed, v.checks, v.gate, v.metrics)])
 
 
 def gate_table(gate: Gate, metrics: dict[str, Any], *, compact: bool = False

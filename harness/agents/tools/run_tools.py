@@ -17,6 +17,7 @@ from harness.agents.tools.spec import (
     ToolEnv,
 )
 from harness.errors import InputError, UsageError
+from harness.gates import outcome
 from harness.render import describe, safe_line
 from state.fold import (
     RUN_FINAL,
@@ -138,7 +139,8 @@ def verification_results_tool(env: ToolEnv, args: dict[str, Any]) -> Answer:
     for v in found:
         head = f"v{v.id}" + (f" t{v.todo_id}" if v.todo_id is not None else "") \
             + (f" r{v.run_id}" if v.run_id is not None else "")
-        lines.append(f"{head} {'PASSED' if v.passed else 'FAILED'} ({v.kind}"
+        lines.append(f"{head} {outcome(v.passed, v.checks, v.gate, v.metrics).upper()} "
+                     f"({v.kind}"
                      + (f", {safe_line(v.artifact, 60)}" if v.artifact else "") + "): "
                      + safe_line(v.verdict, 200))
     return Answer(data, "\n".join(lines) + "\n" + json.dumps(data, indent=2,

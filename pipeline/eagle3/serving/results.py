@@ -3,10 +3,10 @@ the schedule it writes.
 
 :func:`conclude` takes every level measured (one per server, concurrency and trial) and
 fills the stage result: the figures of the first candidate as metrics a gate can hold (the
-smallest trial's speedup as ``speedup_c<N>``, the median, the largest, the spread), the
+speedup's estimate as ``speedup_c<N>``, its interval, its trials, why the level stopped), the
 other candidates under ``candidates``, the checks, one speed table and one latency table
 per candidate, the sweep's matrix and schedule when asked for one, and the per-request
-details file. Standard library only.
+details file. Standard library only (the intervals import SciPy when computed).
 """
 
 from __future__ import annotations
@@ -77,13 +77,24 @@ def _level_metrics(m: dict[str, Any], c: int, verdict: LevelVerdict,
         m[f"num_drafts_c{c}"] = delta.drafts
     if verdict.outputs is not None and verdict.outputs.compared:
         m[f"outputs_equal_c{c}"] = verdict.outputs.share
-    if verdict.conservative is not None:
-        spread = verdict.speedup
-        m[f"speedup_c{c}"] = round(verdict.conservative, 4)
-        m[f"speedup_median_c{c}"] = round(spread.median, 4)  # type: ignore[arg-type]
-        m[f"speedup_max_c{c}"] = round(spread.high, 4)  # type: ignore[arg-type]
-        if verdict.spread is not None:
-            m[f"speedup_spread_c{c}"] = round(verdict.spread, 4)
+    _interval_metrics(m, c, verdict)
+
+
+def _interval_metrics(m: dict[str, Any], c: int, verdict: LevelVerdict) -> None:
+    ci = verdict.interval
+    if ci.estimate is None:
+        return
+    m[f"speedup_c{c}"] = round(ci.estimate, 4)
+    m[f"speedup_trials_c{c}"] = ci.n
+    m[f"speedup_median_c{c}"] = _round(verdict.speedup.median)
+    m[f"speedups_c{c}"] = [round(x, 4) for x in verdict.speedups]
+    if ci.low is not None and ci.high is not None:
+        m[f"speedup_low_c{c}"] = round(ci.low, 4)
+        m[f"speedup_high_c{c}"] = round(ci.high, 4)
+        m[f"speedup_ci_c{c}"] = _round(ci.half_width)
+    m[f"speedup_settled_c{c}"] = verdict.settled
+    if verdict.stopped is not None:
+        m[f"stopped_c{c}"] = verdict.stopped
 
 
 def _total(levels: list[Level], role: str) -> SpecDelta:
@@ -105,39 +116,44 @@ def _measured_k(delta: SpecDelta) -> int | None:
 def _candidate_summary(levels: list[Level], found: dict[int, LevelVerdict]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for c, v in found.items():
-        if v.conservative is not None:
-            out[f"speedup_c{c}"] = round(v.conservative, 4)
-            out[f"speedup_median_c{c}"] = _round(v.speedup.median)
-            out[f"speedup_spread_c{c}"] = _round(v.spread)
-            out[f"stable_c{c}"] = v.stable
+        _interval_metrics(out, c, v)
     return out
 
 
 def conclude(result: StageResult, levels: list[Level], servers: list[Server],
              args: argparse.Namespace, *, out_path: Path, interrupted: Level | None,
-             prompt_ids: list[str], planned: int = 0) -> None:
-    """Fill ``result`` from the levels measured; ``planned`` is the least number of
-    requests the whole run was to send (for the message of an interrupted one)."""
+             prompt_ids: list[str], stops: dict[int, str] | None = None,
+             planned: int = 0) -> None:
+    """Fill ``result`` from the levels measured; ``stops`` says why each level took no
+    more trials, ``planned`` the least number of requests the whole run was to send (for
+    the message of an interrupted one)."""
     m: dict[str, Any] = {}
     has_baseline = any(s.role == BASELINE for s in servers)
     candidates = [s for s in servers if s.role != BASELINE]
     primary = candidates[0].role
     by_server = server_levels(levels)
-    found = {s.role: verdicts(levels, s.role, prompt_ids, tolerance=args.spread_tolerance)
-             for s in candidates}
+    found = {s.role: verdicts(levels, s.role, prompt_ids, ci_width=args.ci_width,
+                              confidence=args.confidence) for s in candidates}
+    for per_level in found.values():
+        for c, v in per_level.items():
+            v.stopped = (stops or {}).get(c, "interrupted" if interrupted else None)
     for c, verdict in found[primary].items():
         _level_metrics(m, c, verdict, by_server, primary)
-    speedups = {c: v.conservative for c, v in found[primary].items()
-                if v.conservative is not None}
+    speedups = {c: v.estimate for c, v in found[primary].items() if v.estimate is not None}
     if speedups:
         m["speedup_min"] = round(min(speedups.values()), 4)
         m["speedup"] = m[f"speedup_c{min(speedups)}"]
     m["trials"] = args.trials
+    m["max_trials"] = args.max_trials
     m["min_seconds"] = args.min_seconds
-    m["spread_tolerance"] = args.spread_tolerance
-    m["speedup_figure"] = (f"the smallest of {args.trials} trials" if args.trials > 1 else
-                           "one trial, no spread measured")
-    m["unstable_levels"] = [c for c, v in found[primary].items() if v.stable is False]
+    m["confidence"] = args.confidence
+    m["ci_width"] = args.ci_width
+    m["level_budget"] = args.level_budget
+    m["speedup_figure"] = ("one trial, no interval" if args.trials == 1 else
+                           f"geometric mean of paired trials (ABBA), {args.confidence:.0%} "
+                           "t interval")
+    m["unsettled_levels"] = [c for c, v in found[primary].items()
+                             if args.trials > 1 and not v.settled]
     done = [lv for lv in levels if not lv.interrupted and lv.trial > 0]
     answered = [r for lv in done for r in lv.ok]
     if answered:
@@ -195,16 +211,17 @@ def conclude(result: StageResult, levels: list[Level], servers: list[Server],
 
 def level_series(found: dict[str, dict[int, LevelVerdict]],
                  by_server: dict[tuple[str, int], ServerLevel]) -> None:
-    """The levels as series for the charts (:mod:`pipeline.series`), each point the median
-    over the trials with the smallest and largest trial as its spread: every candidate's
-    speedup, and every server's tokens/s and TPOT p50 (plain is the baseline)."""
+    """The levels as series for the charts (:mod:`pipeline.series`): every candidate's
+    speedup (its estimate, with its interval as the spread), and every server's tokens/s
+    and TPOT p50 (the median over trials, with the smallest and largest trial; plain is
+    the baseline)."""
     for role, per_level in found.items():
         for c, verdict in sorted(per_level.items()):
-            sp = verdict.speedup
-            if sp.median is not None:
-                emit("speedup", c, sp.median, axis="concurrency",
+            ci = verdict.interval
+            if ci.estimate is not None:
+                emit("speedup", c, ci.estimate, axis="concurrency",
                      labels={"server": _series_name(role)},
-                     spread=[sp.low, sp.high] if sp.n > 1 else None)
+                     spread=[ci.low, ci.high] if ci.low is not None else None)
     for (role, c), level in sorted(by_server.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         label = {"server": _series_name(role)}
         for metric, key in (("tokens_per_s", "tok_s"), ("tpot_ms", "tpot_p50_ms")):
@@ -226,11 +243,13 @@ def _print_tables(rows: list[dict[str, Any]], candidates: list[Server],
             continue
         name = "spec" if s.role == "spec" else f"spec = {s.role}"
         print(f"served (vLLM; plain = the same verifier without speculation, {name}; "
-              f"{m['trials']} trial(s) of >= {m['min_seconds']:g} s per level; median "
-              "(min-max) over trials; speedup (min) = the smallest trial's, which gates "
-              "hold; spread = (max - min) / median of the speedups, over "
-              f"{m['spread_tolerance']:.0%} is UNSTABLE; τ and per position from /metrics "
-              f"over the level; lengths: {m['lengths']}):", flush=True)
+              f"trials of >= {m['min_seconds']:g} s per server, ABBA order; speedup = the "
+              f"geometric mean of the trials' speedups, with its {m['confidence']:.0%} "
+              f"interval, which gates hold; a level stops once it is within "
+              f"+-{m['ci_width']:.0%} (settled) or its {m['level_budget']:g} s budget is "
+              "spent (WIDE); tok/s and latencies: median (min-max) over trials; τ and per "
+              f"position from /metrics over the level; lengths: {m['lengths']}):",
+              flush=True)
         print(render_speed(mine), flush=True)
         print("latency, ms (each trial's percentile over its requests; ITL over the gaps "
               "between stream chunks):", flush=True)
@@ -243,10 +262,10 @@ def _print_sweep(found: dict[str, dict[int, LevelVerdict]], ks: dict[str, int | 
     for name, per_level in found.items():
         label = name if ks.get(name) is None else f"{name} (k={ks[name]})"
         for c, v in per_level.items():
-            matrix.setdefault(c, {})[label] = v.conservative
+            matrix.setdefault(c, {})[label] = v.estimate
     best = {c: max(((v, n) for n, v in row.items() if v is not None), default=(None, "-"))[1]
             for c, row in matrix.items()}
-    print("speedup over plain per level, every candidate (the smallest trial's):",
+    print("speedup over plain per level, every candidate (the trials' geometric mean):",
           flush=True)
     print(render_sweep(matrix, best), flush=True)
 
@@ -262,7 +281,7 @@ def _write_schedule(result: StageResult, found: dict[str, dict[int, LevelVerdict
     table: dict[int, dict[str, float | None]] = {}
     for name in usable:
         for c, v in found[name].items():
-            table.setdefault(c, {})[name] = v.conservative
+            table.setdefault(c, {})[name] = v.estimate
     try:
         schedule, choices = sched.from_sweep(table, usable, margin=args.schedule_margin)
     except sched.ScheduleError as exc:
@@ -302,7 +321,7 @@ def _against_sweep(result: StageResult, found: dict[int, LevelVerdict], path: Pa
         if sweep and sweep.get("by_k"):
             best_k, best = max(((int(k), s) for k, s in sweep["by_k"].items()),
                                key=lambda x: x[1])
-        mine = v.conservative
+        mine = v.estimate
         beats = None if mine is None or best is None else mine >= best
         rows.append({"concurrency": c, "speedup": _round(mine), "best_fixed_k": best_k,
                      "best_fixed_speedup": best, "beats_best_fixed_k": beats})
@@ -398,12 +417,13 @@ def _summary(result: StageResult, found: dict[int, LevelVerdict], total: SpecDel
              interrupted: Level | None, levels: list[Level], planned: int | None) -> None:
     parts = []
     for c, v in found.items():
-        if v.conservative is None:
+        ci = v.interval
+        if ci.estimate is None:
             continue
-        part = f"c={c}: {v.conservative:.2f}x"
-        if v.stable is not None:
-            part += f" (median {v.speedup.median:.2f}x, spread {v.spread:.0%}"
-            part += ", UNSTABLE)" if v.stable is False else ")"
+        part = f"c={c}: {ci.estimate:.2f}x"
+        if ci.low is not None and ci.high is not None:
+            part += (f" ({ci.low:.2f}-{ci.high:.2f}, {ci.n} trials"
+                     + (")" if v.settled else ", WIDE)"))
         parts.append(part)
     if total.present and total.acceptance_length is not None:
         per = "/".join(f"{x:.2f}" for x in total.acceptance_per_position)

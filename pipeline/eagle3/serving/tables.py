@@ -1,8 +1,9 @@
 """The tables a served benchmark prints: speed and latency per candidate, and a sweep.
 
 - :func:`candidate_rows` gives, per concurrency, one candidate against the baseline over
-  the trials: output tokens/s of both (median and min-max), the speedup (the smallest
-  trial's, the median, the range, the spread and the verdict), the latencies of both
+  the trials: output tokens/s of both (median and min-max), the speedup (the estimate, its
+  interval and half-width, the trials, settled or not, and why the level stopped), the
+  latencies of both
   (TPOT p50, ITL p50/p99, TTFT p50/p99: each the median over trials of that trial's
   percentile, with min-max), served τ and per-position acceptance from ``/metrics`` over
   that level's trials, and the answers compared with the baseline's;
@@ -49,13 +50,14 @@ def candidate_rows(candidate: str, found: Mapping[int, LevelVerdict],
             row[f"{side}_tok_s"] = tok.to_json(3)
             row[side] = {key: (server.figure(key) if server else Spread.of([])).to_json(3)
                          for key in LATENCIES}
-        speedup = verdict.speedup
-        row["speedup"] = None if verdict.conservative is None else \
-            round(verdict.conservative, 4)
-        row["speedup_median"], low, high = speedup.to_json()
-        row["speedup_range"] = [low, high]
-        row["spread"] = None if verdict.spread is None else round(verdict.spread, 4)
-        row["stable"] = verdict.stable
+        ci = verdict.interval
+        row["speedup"] = None if ci.estimate is None else round(ci.estimate, 4)
+        row["interval"] = None if ci.low is None or ci.high is None else \
+            [round(ci.low, 4), round(ci.high, 4)]
+        row["half_width"] = None if ci.half_width is None else round(ci.half_width, 4)
+        row["speedup_median"] = verdict.speedup.to_json()[0]
+        row["settled"] = verdict.settled if len(verdict.speedups) > 1 else None
+        row["stopped"] = verdict.stopped
         delta = spec.spec if spec is not None else None
         present = delta is not None and delta.present
         row["tau"] = round(delta.acceptance_length, 4) if present and \
@@ -82,24 +84,27 @@ def _table(head: list[str], body: list[list[str]], left: Sequence[int] = ()) -> 
 
 
 def render_speed(rows: list[dict[str, Any]]) -> str:
-    """Tokens/s and speedup per concurrency: median (min-max) over trials; ``speedup`` is
-    the smallest trial's, the figure a gate holds."""
-    head = ["c", "trials", "plain tok/s", "spec tok/s", "speedup (min)", "median",
-            "spread", "verdict", "served τ", "per position", "outputs = plain"]
+    """Tokens/s (median (min-max) over trials) and the speedup per concurrency: its
+    estimate, interval and half-width, the figures a gate holds."""
+    head = ["c", "trials", "plain tok/s", "spec tok/s", "speedup", "interval", "+-",
+            "verdict", "served τ", "per position", "outputs = plain"]
     body = []
     for r in rows:
         per = "/".join(f"{x:.3f}" for x in r["per_position"]) or "-"
         same = "-" if r["outputs_compared"] is None else \
             f"{r['outputs_equal']}/{r['outputs_compared']}"
-        verdict = {True: "stable", False: "UNSTABLE", None: "-"}[r["stable"]]
+        verdict = {True: "settled", False: "WIDE", None: "1 trial"}[r["settled"]]
+        if r["settled"] is False and r.get("stopped"):
+            verdict += f" ({r['stopped']})"
+        ci = r["interval"]
         body.append([str(r["concurrency"]), str(r["trials"]),
                      _spread_cell(r["plain_tok_s"], ".0f"), _spread_cell(r["spec_tok_s"],
                                                                         ".0f"),
                      "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
-                     "-" if r["speedup_median"] is None else f"{r['speedup_median']:.2f}x",
-                     "-" if r["spread"] is None else f"{r['spread']:.0%}", verdict,
+                     "-" if ci is None else f"{ci[0]:.2f}-{ci[1]:.2f}x",
+                     "-" if r["half_width"] is None else f"{r['half_width']:.1%}", verdict,
                      fmt(r["tau"], ".3f"), per, same])
-    return _table(head, body, left=(9,))
+    return _table(head, body, left=(7, 9))
 
 
 def render_latency(rows: list[dict[str, Any]]) -> str:
@@ -116,7 +121,7 @@ def render_latency(rows: list[dict[str, Any]]) -> str:
 
 def render_sweep(matrix: Mapping[int, Mapping[str, float | None]],
                  best: Mapping[int, str]) -> str:
-    """Every candidate's speedup (the smallest trial's) per concurrency, and the best."""
+    """Every candidate's speedup (its estimate) per concurrency, and the best."""
     names = list(dict.fromkeys(n for row in matrix.values() for n in row))
     head = ["c", *names, "best"]
     body = [[str(c), *("-" if row.get(n) is None else f"{row[n]:.2f}x" for n in names),

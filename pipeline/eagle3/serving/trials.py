@@ -1,25 +1,31 @@
-"""Repeated trials of a served benchmark: each server's figures over the trials, the speedup
-per trial, its spread, and whether a level is stable enough to decide on.
+"""Paired trials of a served benchmark, in ABBA order, until the speedup's interval is narrow.
 
-A trial runs every concurrency once on every server, the baseline and each candidate back
-to back at each level (:mod:`pipeline.eagle3.benchmark`). The speedup of a trial is the candidate's output
-tokens/s over the baseline's *of the same trial*, so slow drift of the host between trials
-does not enter a ratio. Per level and figure the trials give a :class:`Spread`: the median
-and the smallest and largest trial.
+At each concurrency the benchmark measures the baseline and every candidate back to back,
+one *trial* each, and alternates the order from trial to trial: baseline then candidates,
+then candidates then baseline (:func:`trial_order`), so that two trials are an ABBA block
+and a drift of the host that is linear over the block cancels in their pair of ratios. A
+trial's speedup is the candidate's output tokens/s over the baseline's *in that trial*.
 
-What a gate holds is the conservative figure, the smallest trial's speedup
-(:attr:`LevelVerdict.conservative`). With three trials a bootstrap lower bound would claim
-a precision three numbers do not have: the 5% quantile of the means of resampled triples
-lies between the smallest trial and the median, less conservative than the smallest, and
-no more informative. A level whose trials spread more than ``tolerance`` (``(largest -
-smallest) / median`` of the speedup; default 10%) is *unstable*: the gate reports it and
-does not decide on it.
+Per level and candidate the speedups give an estimate and a confidence interval
+(:class:`LevelVerdict`): the geometric mean of the trials' speedups, and Student's t
+interval of the mean of their logarithms (SciPy's ``ttest_1samp(...).confidence_interval``)
+mapped back. Ratios multiply, so logarithms make a 10% faster and a 10% slower trial
+weigh the same. The benchmark keeps adding ABBA blocks until every candidate's interval is
+within ``± ci_width`` of its estimate (:attr:`LevelVerdict.settled`), or the level's time
+budget or trial cap is spent: sampling until a fixed-width interval is reached is Chow and
+Robbins' sequential rule (1965). One slow trial widens the interval; it cannot decide a
+level alone, since the level then runs on until the others outweigh it.
 
-Standard library only.
+A gate holds the interval (:func:`decision`): it passes when the lower bound meets the
+threshold, fails when the upper bound is below it, and is *undecided* only when the
+threshold lies inside an interval that the budget left wider than asked.
+
+Standard library only at import; the interval imports SciPy when first computed.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,13 +33,32 @@ from typing import Any
 
 from pipeline.eagle3.serving.load_levels import Level
 from pipeline.eagle3.serving.report import OutputComparison, compare_outputs
+from pipeline.errors import ActionError
 from pipeline.vllm.metrics import SpecDelta
 
-__all__ = ["BASELINE", "DEFAULT_TOLERANCE", "FIGURES", "LevelVerdict", "ServerLevel",
-           "Spread", "server_levels", "verdicts"]
+__all__ = [
+    "BASELINE",
+    "DEFAULT_CI_WIDTH",
+    "DEFAULT_CONFIDENCE",
+    "FAIL",
+    "FIGURES",
+    "PASS",
+    "UNDECIDED",
+    "Interval",
+    "LevelVerdict",
+    "ServerLevel",
+    "Spread",
+    "decision",
+    "interval",
+    "server_levels",
+    "trial_order",
+    "verdicts",
+]
 
 BASELINE = "baseline"
-DEFAULT_TOLERANCE = 0.10
+DEFAULT_CI_WIDTH = 0.05
+DEFAULT_CONFIDENCE = 0.95
+PASS, FAIL, UNDECIDED = "pass", "fail", "undecided"
 
 # (key, where it is in Level.summary(), label): the figures reported per server and level
 FIGURES = (("tok_s", ("output_throughput",), "tok/s"),
@@ -43,6 +68,68 @@ FIGURES = (("tok_s", ("output_throughput",), "tok/s"),
            ("itl_p99_ms", ("itl_ms", "p99"), "ITL p99"),
            ("ttft_p50_ms", ("ttft_ms", "p50"), "TTFT p50"),
            ("ttft_p99_ms", ("ttft_ms", "p99"), "TTFT p99"))
+
+
+def trial_order(servers: Sequence[Any], trial: int) -> list[Any]:
+    """The order of trial ``trial`` (from 1): as given in odd trials, reversed in even ones,
+    so trials 1 and 2 are A B | B A, and so on."""
+    return list(servers) if trial % 2 else list(reversed(servers))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate and its confidence interval (``low``/``high`` None: fewer than two
+    trials, or trials that all agree to the last digit, give no interval)."""
+
+    estimate: float | None
+    low: float | None
+    high: float | None
+    n: int
+    confidence: float = DEFAULT_CONFIDENCE
+
+    @property
+    def half_width(self) -> float | None:
+        """The interval's half-width as a share of the estimate: 0.05 is ± 5%. An interval
+        on the log scale is not symmetric; this is its wider side."""
+        if self.estimate is None or self.low is None or self.high is None:
+            return None
+        return max(self.high / self.estimate - 1.0, 1.0 - self.low / self.estimate)
+
+    def to_json(self) -> dict[str, Any]:
+        r = lambda x: None if x is None else round(x, 4)  # noqa: E731
+        return {"estimate": r(self.estimate), "low": r(self.low), "high": r(self.high),
+                "n": self.n, "half_width": r(self.half_width), "confidence": self.confidence}
+
+
+def interval(ratios: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+    """The geometric mean of ``ratios`` and the t interval of their mean log, mapped back."""
+    xs = [float(x) for x in ratios if x is not None and x > 0]
+    if not xs:
+        return Interval(None, None, None, 0, confidence)
+    logs = [math.log(x) for x in xs]
+    estimate = math.exp(statistics.fmean(logs))
+    if len(xs) < 2:
+        return Interval(estimate, None, None, len(xs), confidence)
+    if max(logs) - min(logs) == 0.0:  # identical trials: the t interval is a point
+        return Interval(estimate, estimate, estimate, len(xs), confidence)
+    try:
+        from scipy import stats
+    except ImportError:
+        raise ActionError("the benchmark's confidence intervals need SciPy on this host",
+                          hint="pip install scipy (it comes with the eagle3 extra)") from None
+    ci = stats.ttest_1samp(logs, 0.0).confidence_interval(confidence_level=confidence)
+    return Interval(estimate, math.exp(float(ci.low)), math.exp(float(ci.high)), len(xs),
+                    confidence)
+
+
+def decision(low: float | None, high: float | None, threshold: float) -> str:
+    """:data:`PASS` when the whole interval meets ``threshold``, :data:`FAIL` when the whole
+    interval is below it, :data:`UNDECIDED` when it straddles it (or there is none)."""
+    if low is not None and low >= threshold:
+        return PASS
+    if high is not None and high < threshold:
+        return FAIL
+    return UNDECIDED
 
 
 @dataclass(frozen=True)
@@ -60,13 +147,6 @@ class Spread:
         if not xs:
             return cls(None, None, None, 0)
         return cls(statistics.median(xs), min(xs), max(xs), len(xs))
-
-    @property
-    def relative(self) -> float | None:
-        """``(high - low) / median``: how far apart the trials are."""
-        if self.n < 2 or not self.median:
-            return None
-        return (self.high - self.low) / self.median  # type: ignore[operator]
 
     def to_json(self, digits: int = 4) -> list[float | None]:
         r = lambda x: None if x is None else round(x, digits)  # noqa: E731
@@ -103,11 +183,6 @@ class ServerLevel:
             total = total + d
         return total
 
-    def to_json(self) -> dict[str, Any]:
-        return {"role": self.role, "concurrency": self.concurrency,
-                "trials": len(self.trials),
-                **{key: self.figure(key).to_json() for key, _p, _l in FIGURES}}
-
 
 def server_levels(levels: Sequence[Level]) -> dict[tuple[str, int], ServerLevel]:
     """(role, concurrency) -> its complete trials, in the order measured."""
@@ -122,40 +197,45 @@ def server_levels(levels: Sequence[Level]) -> dict[tuple[str, int], ServerLevel]
 
 @dataclass
 class LevelVerdict:
-    """A candidate against the baseline at one concurrency, over the trials."""
+    """A candidate against the baseline at one concurrency, over its paired trials."""
 
     candidate: str
     concurrency: int
-    tolerance: float
+    ci_width: float = DEFAULT_CI_WIDTH
+    confidence: float = DEFAULT_CONFIDENCE
     speedups: list[float] = field(default_factory=list)   # per trial, in trial order
     outputs: OutputComparison | None = None
+    stopped: str | None = None  # why its level took no more trials (the benchmark says)
+
+    @property
+    def interval(self) -> Interval:
+        return interval(self.speedups, self.confidence)
+
+    @property
+    def estimate(self) -> float | None:
+        """The figure a gate holds, with its interval: the trials' geometric mean."""
+        return self.interval.estimate
+
+    @property
+    def settled(self) -> bool:
+        """Its interval is as narrow as asked (``± ci_width``)."""
+        width = self.interval.half_width
+        return width is not None and width <= self.ci_width
 
     @property
     def speedup(self) -> Spread:
         return Spread.of(self.speedups)
 
-    @property
-    def conservative(self) -> float | None:
-        """The figure a gate holds: the smallest trial's speedup."""
-        return min(self.speedups) if self.speedups else None
-
-    @property
-    def spread(self) -> float | None:
-        return self.speedup.relative
-
-    @property
-    def stable(self) -> bool | None:
-        """None: one trial, so no spread was measured."""
-        spread = self.spread
-        return None if spread is None else spread <= self.tolerance
-
-    @property
     def word(self) -> str:
-        return {True: "stable", False: "UNSTABLE", None: "1 trial"}[self.stable]
+        """``settled`` / ``WIDE`` (the budget ran out first) / ``1 trial``."""
+        if len(self.speedups) < 2:
+            return f"{len(self.speedups)} trial"
+        return "settled" if self.settled else "WIDE"
 
 
 def verdicts(levels: Sequence[Level], candidate: str, prompt_ids: list[str], *,
-             tolerance: float = DEFAULT_TOLERANCE) -> dict[int, LevelVerdict]:
+             ci_width: float = DEFAULT_CI_WIDTH,
+             confidence: float = DEFAULT_CONFIDENCE) -> dict[int, LevelVerdict]:
     """Per concurrency: ``candidate``'s speedup over the baseline in each trial where both
     completed, and its answers against the baseline's (every trial, request by request)."""
     out: dict[int, LevelVerdict] = {}
@@ -163,8 +243,8 @@ def verdicts(levels: Sequence[Level], candidate: str, prompt_ids: list[str], *,
     for lv in levels:
         if lv.role != candidate:
             continue
-        verdict = out.setdefault(lv.concurrency,
-                                 LevelVerdict(candidate, lv.concurrency, tolerance))
+        verdict = out.setdefault(lv.concurrency, LevelVerdict(candidate, lv.concurrency,
+                                                              ci_width, confidence))
         base = by.get((BASELINE, lv.concurrency, lv.trial))
         if base is None:
             continue

@@ -1,0 +1,119 @@
+"""The order of a served benchmark's runs, and when a level has enough of them.
+
+:func:`measure` walks the concurrencies one after another. At each it runs trials: every
+server once per trial, in ABBA order (:func:`pipeline.eagle3.serving.trials.trial_order`).
+After ``trials`` trials (made even, so the blocks are whole) it looks at every candidate's
+interval after each further block, and stops the level once all are within ``ci_width``
+(``settled``), once ``max_trials`` were run, or once ``level_budget`` seconds of the level
+have passed (``budget``). ``trials: 1`` runs each level once (``one trial``).
+
+The runs themselves are the caller's (``run``: one server at one concurrency in one trial,
+a :class:`Level`), so the order and the stopping rule are the same for real servers and
+for the scripted trials of the tests. Standard library only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from pipeline.eagle3.serving.load_levels import Level
+from pipeline.eagle3.serving.trials import (
+    BASELINE,
+    DEFAULT_CI_WIDTH,
+    DEFAULT_CONFIDENCE,
+    LevelVerdict,
+    trial_order,
+    verdicts,
+)
+
+__all__ = ["BUDGET", "MAX_TRIALS", "NO_BASELINE", "ONE_TRIAL", "SETTLED", "Rule",
+           "least_trials", "measure"]
+
+SETTLED, BUDGET, MAX_TRIALS, ONE_TRIAL = "settled", "budget", "max_trials", "one trial"
+NO_BASELINE = "no baseline"  # nothing to pair with: the least trials, then the next level
+
+
+class Named(Protocol):
+    @property
+    def role(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How many trials a level takes."""
+
+    trials: int = 4
+    max_trials: int = 16
+    ci_width: float = DEFAULT_CI_WIDTH
+    confidence: float = DEFAULT_CONFIDENCE
+    level_budget: float = 120.0
+
+
+def least_trials(trials: int) -> int:
+    """The trials a level takes at least: ``trials``, made even (whole ABBA blocks)."""
+    return trials if trials == 1 else trials + trials % 2
+
+
+def _stop(rule: Rule, found: Sequence[LevelVerdict], trial: int, elapsed: float,
+          paired: bool) -> str | None:
+    if rule.trials == 1:
+        return ONE_TRIAL
+    if trial < least_trials(rule.trials) or trial % 2:
+        return None
+    if not paired:
+        return NO_BASELINE
+    if found and all(v.settled for v in found):
+        return SETTLED
+    if trial >= rule.max_trials:
+        return MAX_TRIALS
+    if elapsed >= rule.level_budget:
+        return BUDGET
+    return None
+
+
+def _progress(c: int, trial: int, elapsed: float, found: Sequence[LevelVerdict],
+              why: str | None, rule: Rule) -> str:
+    parts = []
+    for v in found:
+        ci = v.interval
+        if ci.low is not None and ci.high is not None and ci.estimate is not None:
+            parts.append(f"{v.candidate} {ci.estimate:.3f}x ({ci.low:.3f}-{ci.high:.3f}, "
+                         f"+-{ci.half_width:.1%})")
+    tail = {None: "more trials", SETTLED: "settled",
+            MAX_TRIALS: f"max_trials ({rule.max_trials}) reached",
+            BUDGET: f"the level's budget ({rule.level_budget:g} s) is spent"}[why]
+    return f"[c={c}] after {trial} trials ({elapsed:.0f} s): {', '.join(parts) or '-'}; {tail}"
+
+
+def measure(servers: Sequence[Named], concurrency: Sequence[int], rule: Rule,
+            run: Callable[[Named, int, int], Level], levels: list[Level],
+            prompt_ids: list[str], *, clock: Callable[[], float] = time.monotonic,
+            out: Callable[[str], None] = print) -> dict[int, str]:
+    """Run every level by ``rule``; each run is appended to ``levels`` as it ends (so an
+    interruption keeps them). Returns why each level took no more trials."""
+    stops: dict[int, str] = {}
+    candidates = [s.role for s in servers if s.role != BASELINE]
+    for c in concurrency:
+        began, trial = clock(), 0
+        while c not in stops:
+            trial += 1
+            for server in trial_order(servers, trial):
+                levels.append(run(server, c, trial))
+            found = []
+            if rule.trials > 1 and trial >= least_trials(rule.trials) and not trial % 2:
+                here = [lv for lv in levels if lv.concurrency == c]
+                for name in candidates:
+                    v = verdicts(here, name, prompt_ids, ci_width=rule.ci_width,
+                                 confidence=rule.confidence).get(c)
+                    if v is not None:
+                        found.append(v)
+            elapsed = clock() - began
+            why = _stop(rule, found, trial, elapsed, any(s.role == BASELINE for s in servers))
+            if found:
+                out(_progress(c, trial, elapsed, found, why, rule))
+            if why is not None:
+                stops[c] = why
+    return stops
