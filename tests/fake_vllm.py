@@ -29,6 +29,8 @@ model class lacks ``SupportsEagle3``, found by the engine core when it loads the
 ``--fake-diverge-after N`` (a lossy engine: from the Nth generated token on, the words are
 not the ones plain decoding gives),
 ``--fake-ignore-term`` (only SIGKILL stops it), ``--fake-engines N`` (per-engine labels).
+``--fake-die-in-capture`` (with a speculation schedule, die in the drafter's CUDA-graph
+capture as vLLM 0.26.0's V2 runner does, with its traceback; a fixed k starts),
 ``--fake-v1-runner`` (with a speculation schedule, log vLLM's switch to piecewise CUDA
 graphs, as its V1 model runner does),
 ``--fake-slow-after N`` (steps take ``--fake-slow-factor`` times longer for every request
@@ -102,6 +104,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--fake-natural-len", action="store_true")
     s.add_argument("--fake-slow-after", type=int, default=None)
     s.add_argument("--fake-v1-runner", action="store_true")
+    s.add_argument("--fake-die-in-capture", action="store_true")
     s.add_argument("--fake-slow-factor", type=float, default=4.0)
     return parser.parse_args(argv)
 
@@ -500,6 +503,22 @@ def main(argv: list[str]) -> int:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)",
                                   "fake-engine-core", f"--port={args.port}"])
         log("INFO", "core.py:1", f"EngineCore_DP0 pid={child.pid} started")
+    if args.fake_die_in_capture and spec.get("num_speculative_tokens_per_batch_size"):
+        time.sleep(0.3)
+        log("INFO", "speculator.py:95", "Capturing prefill CUDA graphs")
+        log("INFO", "speculator.py:113", "Capturing decode CUDA graphs")
+        print("(EngineCore_DP0) ERROR [core.py:1163] EngineCore failed to start.", flush=True)
+        print("Traceback (most recent call last):", flush=True)
+        for where in ('vllm/v1/worker/gpu/cudagraph_utils.py", line 330, in capture',
+                      'vllm/v1/worker/gpu/spec_decode/autoregressive/cudagraph_utils.py", '
+                      'line 47, in forward_fn',
+                      'vllm/v1/worker/gpu/input_batch.py", line 109, in make_dummy'):
+            print(f'  File "{where}', flush=True)
+        print("    assert 0 < num_reqs <= num_tokens", flush=True)
+        print("AssertionError", flush=True)
+        print("RuntimeError: Engine core initialization failed. See root cause above. "
+              "Failed core proc(s): {}", flush=True)
+        return 1
     if args.fake_die_after is not None:
         time.sleep(args.fake_die_after)
         print("(EngineCore_DP0) ERROR [core.py:712] EngineCore failed to start.", flush=True)

@@ -168,6 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule-margin", type=float, default=0.0,
                    help="a k is scheduled only where it beats plain by more than this "
                         "(0.05: 5%%)")
+    p.add_argument("--schedule-graphs", choices=("full", "piecewise"), default="full",
+                   help="how the schedule's server will run CUDA graphs: full (vLLM's "
+                        "default: vLLM 0.26 then starts only a schedule of one k, the best "
+                        "over every level) or piecewise (its serve stage runs with "
+                        "--compilation-config '{\"cudagraph_mode\": \"PIECEWISE\"}', "
+                        "--enforce-eager or VLLM_USE_V2_MODEL_RUNNER=0: the fastest k per "
+                        "level)")
     p.add_argument("--sweep", type=Path,
                    help="a sweep's schedule file: report the candidate against the best "
                         "fixed k it found at each level")

@@ -41,6 +41,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
@@ -51,6 +52,7 @@ from pipeline.vllm.drafter import parallel_drafting
 from pipeline.vllm.ready import LogPump, NotReady, log_notes, settle, wait_ready
 from pipeline.vllm.server import (
     byte_size,
+    capture_failure,
     command_arg,
     json_value,
     port_in_use,
@@ -77,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="vLLM's dynamic speculation schedule: a JSON list of [start, end, k] "
                         "(k=0: no speculation for those batch sizes), or the path of a "
                         "file holding one (a benchmark sweep's schedule_out)")
+    p.add_argument("--fallback-k", type=int, default=None,
+                   help="with a schedule: the fixed k to serve when the schedule's server "
+                        "dies in its CUDA-graph capture (default: the best_fixed_k of the "
+                        "sweep's file the schedule comes from)")
     p.add_argument("--draft-tensor-parallel-size", type=int, default=1)
     p.add_argument("--tensor-parallel-size", type=int, default=1)
     p.add_argument("--max-model-len", type=int)
@@ -161,40 +167,30 @@ def _speculation(args: argparse.Namespace) -> tuple[int, sched.Schedule | None]:
     return k, schedule
 
 
-def run(args: argparse.Namespace) -> StageResult:
-    result = StageResult(action=ACTION)
-    speculative = bool(args.speculative)
-    if speculative and not args.draft:
-        raise ActionError("speculative serving needs `draft` (the drafter directory)",
-                          hint="for a baseline without speculation set `speculative: false`")
-    k, schedule = _speculation(args)
-    for host in dict.fromkeys([args.host or "0.0.0.0", "127.0.0.1"]):
-        if port_in_use(args.port, host):
-            owner = port_owner(args.port)
-            raise ActionError(f"port {args.port} is already in use on {host}"
-                              + (f" by {owner}" if owner else ""),
-                              hint="choose another `port`, or stop that server (one the "
-                                   "harness started stops with `harness cancel RUN`)")
-    # a relative directory would read as a model id ("export/drafter") once it leaves here
-    local = lambda p: str(Path(p).resolve()) if p and Path(p).is_dir() else p  # noqa: E731
-    parallel = speculative and _parallel(args)
-    extra = dict(args.speculative_config or {})
-    if schedule is not None:
-        extra[sched.KEY] = [list(e) for e in schedule]
-    argv = serve_argv(
-        args.command, local(args.target), port=args.port, host=args.host,
-        draft=local(args.draft) if speculative else None, num_speculative_tokens=k,
-        draft_tensor_parallel_size=args.draft_tensor_parallel_size,
-        tensor_parallel_size=args.tensor_parallel_size, max_model_len=args.max_model_len,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-        served_model_name=args.served_model_name, reasoning_parser=args.reasoning_parser,
-        trust_remote_code=args.trust_remote_code, speculative_config=extra or None,
-        method=args.method, extra_args=args.extra_args, parallel_drafting=parallel)
-    log_path = (args.log or ((args.result.parent if args.result else Path.cwd())
-                             / "server.log")).resolve()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    url = f"http://{_connect_host(args.host)}:{args.port}"
+@dataclass
+class Launched:
+    """A server that started (answering, or left to load when not waited for)."""
+
+    argv: list[str]
+    record: ServiceRecord
+    pump: LogPump
+    model: str | None
+    startup: float
+
+
+class Died(Exception):
+    """The server died or never answered during start; it has been stopped."""
+
+    def __init__(self, reason: str, lines: list[str], where: str):
+        super().__init__(reason)
+        self.reason, self.lines, self.where = reason, lines, where
+
+
+def _launch(argv: list[str], args: argparse.Namespace, log_path: Path, url: str,
+            wait: bool) -> Launched:
+    """Start ``argv`` in its own session, its output appended to ``log_path``; wait until
+    it answers (or, not waiting, that it does not die at once). :class:`Died` once a failed
+    server's whole process group is stopped. SIGTERM stops a half-started one too."""
     print(f"starting: {shlex.join(argv)}", flush=True)
     print(f"server log: {log_path}", flush=True)
     # SIGTERM (a cancelled or timed-out stage) must not leave a half-started server: from
@@ -222,20 +218,20 @@ def run(args: argparse.Namespace) -> StageResult:
         leader_start = process_start_time(proc.pid)
         record = ServiceRecord(url=url, pid=proc.pid, pgid=proc.pid, start_time=leader_start,
                                port=args.port, log=str(log_path), keep=bool(args.keep),
-                               ready=bool(args.wait), started_at=round(started_at, 3),
+                               ready=wait, started_at=round(started_at, 3),
                                health_timeout=args.health_timeout,
                                stop_grace=args.stop_grace)
         pump = LogPump(log_path, start_at, echo=lambda line: print(line, flush=True))
         exited = lambda: None if proc.poll() is None else \
             f"exited with code {proc.returncode}"  # noqa: E731
         try:
-            if args.wait:
+            if wait:
                 model = wait_ready(url, exited, pump, args.health_timeout)
             else:
                 settle(exited, pump)
         except NotReady as exc:
-            reason = str(exc)
-            raise ActionError(reason, where=str(pump.path), hint=_hint(reason)) from None
+            pump.pump(final=True)
+            raise Died(str(exc), list(pump.lines), str(pump.path)) from None
         ready = True
     except KeyboardInterrupt:
         raise ActionError("interrupted while the server was starting; it was stopped") \
@@ -248,43 +244,128 @@ def run(args: argparse.Namespace) -> StageResult:
             how = stop_group(proc.pid, args.stop_grace, leader_start)
             proc.poll()
             print(f"server process group {proc.pid}: {how}", flush=True)
-    startup = time.monotonic() - started
-    pump.pump()  # type: ignore[union-attr]  # set whenever ready
-    lines = pump.lines  # type: ignore[union-attr]
+    pump.pump()
+    return Launched(argv, record, pump, model, time.monotonic() - started)
+
+
+def run(args: argparse.Namespace) -> StageResult:
+    result = StageResult(action=ACTION)
+    speculative = bool(args.speculative)
+    if speculative and not args.draft:
+        raise ActionError("speculative serving needs `draft` (the drafter directory)",
+                          hint="for a baseline without speculation set `speculative: false`")
+    k, schedule = _speculation(args)
+    for host in dict.fromkeys([args.host or "0.0.0.0", "127.0.0.1"]):
+        if port_in_use(args.port, host):
+            owner = port_owner(args.port)
+            raise ActionError(f"port {args.port} is already in use on {host}"
+                              + (f" by {owner}" if owner else ""),
+                              hint="choose another `port`, or stop that server (one the "
+                                   "harness started stops with `harness cancel RUN`)")
+    # a relative directory would read as a model id ("export/drafter") once it leaves here
+    local = lambda p: str(Path(p).resolve()) if p and Path(p).is_dir() else p  # noqa: E731
+    parallel = speculative and _parallel(args)
+
+    def argv_for(k: int, schedule: sched.Schedule | None) -> list[str]:
+        extra = dict(args.speculative_config or {})
+        if schedule is not None:
+            extra[sched.KEY] = [list(e) for e in schedule]
+        return serve_argv(
+            args.command, local(args.target), port=args.port, host=args.host,
+            draft=local(args.draft) if speculative else None, num_speculative_tokens=k,
+            draft_tensor_parallel_size=args.draft_tensor_parallel_size,
+            tensor_parallel_size=args.tensor_parallel_size, max_model_len=args.max_model_len,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+            served_model_name=args.served_model_name,
+            reasoning_parser=args.reasoning_parser,
+            trust_remote_code=args.trust_remote_code, speculative_config=extra or None,
+            method=args.method, extra_args=args.extra_args, parallel_drafting=parallel)
+
+    log_path = (args.log or ((args.result.parent if args.result else Path.cwd())
+                             / "server.log")).resolve()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    url = f"http://{_connect_host(args.host)}:{args.port}"
+    wait, fallback = bool(args.wait), None
+    if schedule is not None:
+        fallback = args.fallback_k if args.fallback_k is not None else sched.fallback_k(
+            str(args.num_speculative_tokens_per_batch_size), Path.cwd())
+        problem = sched.capture_problem(schedule, k,
+                                        sched.graphs_of(args.extra_args, args.env))
+        if problem:
+            print(f"note: {problem}; starting it all the same (a later vLLM may start it)",
+                  flush=True)
+        if not wait:
+            print("note: a server with a speculation schedule is waited for (wait: false "
+                  "does not apply): if it dies in its CUDA-graph capture, this stage starts "
+                  + (f"the sweep's best fixed k={fallback} instead" if fallback else
+                     "nothing else (no fallback_k)"), flush=True)
+            wait = True
+    try:
+        launched = _launch(argv_for(k, schedule), args, log_path, url, wait)
+    except Died as died:
+        why = capture_failure(died.lines) if schedule is not None else None
+        if why is None or not fallback:
+            raise ActionError(died.reason, where=died.where, hint=_hint(died.reason)
+                              if why is None else "the schedule died in CUDA-graph capture "
+                              "and no fallback_k is known: give `fallback_k`, or serve a "
+                              "schedule from a sweep's file (it records best_fixed_k)") \
+                from None
+        first = shlex.join(argv_for(k, schedule))
+        print(f"FALLBACK: the schedule's server died in its CUDA-graph capture ({why}); "
+              f"starting the sweep's best fixed k={fallback} instead", flush=True)
+        result.metrics["fallback"] = {
+            "k": fallback, "schedule": [list(e) for e in schedule],  # type: ignore[union-attr]
+            "why": f"the schedule {json.dumps(schedule)} died in CUDA-graph capture: {why}; "
+                   f"served the sweep's best fixed k={fallback} instead",
+            "failed_command": first}
+        k, schedule = fallback, None
+        launched = _launch(argv_for(k, None), args, log_path, url, wait)
+    return _served(result, args, launched, k, schedule, parallel, speculative, wait)
+
+
+def _served(result: StageResult, args: argparse.Namespace, launched: Launched, k: int,
+            schedule: sched.Schedule | None, parallel: bool, speculative: bool,
+            wait: bool) -> StageResult:
+    record, url = launched.record, launched.record.url
+    lines = launched.pump.lines
     method = "P-EAGLE, parallel drafting" if parallel else "EAGLE-3"
     how = ("no speculation" if not speculative else
            f"{method}, schedule {json.dumps(schedule)} (k up to {k})" if schedule else
            f"{method}, k={k}")
-    result.metrics = {
+    fallback = result.metrics.get("fallback")
+    result.metrics.update({
         "service": record.to_json(), "url": url, "speculative": speculative,
         "num_speculative_tokens": k if speculative else 0,
         "parallel_drafting": parallel,
         "tensor_parallel_size": args.tensor_parallel_size,
-        "command": shlex.join(argv), "waited": bool(args.wait),
-    }
+        "command": shlex.join(launched.argv), "waited": wait,
+    })
     if schedule is not None:
         result.metrics[sched.KEY] = [list(e) for e in schedule]
     life = "kept after the pipeline run (keep: true)" if args.keep else \
         "stopped when the pipeline run ends"
-    if not args.wait:
-        result.check("server_started", True, value=proc.pid,  # type: ignore[union-attr]
+    lead = f"FALLBACK: {fallback['why']}; " if fallback else ""
+    if not wait:
+        result.check("server_started", True, value=record.pid,
                      message="running; not waited for")
-        result.summary = (f"started at {url} ({how}), pid {record.pid}, not waited for: the "
-                          f"first stage that needs it waits up to {args.health_timeout:g}s "
-                          f"from its start for /health; {life}")
+        result.summary = (f"{lead}started at {url} ({how}), pid {record.pid}, not waited "
+                          f"for: the first stage that needs it waits up to "
+                          f"{args.health_timeout:g}s from its start for /health; {life}")
         return result
     notes = log_notes(lines)
     result.metrics.update({
-        "model": model, "startup_s": round(startup, 3),
+        "model": launched.model, "startup_s": round(launched.startup, 3),
         # what vLLM's own log says the start cost (model load, torch.compile, CUDA graphs)
         "startup_phases": startup_phases(lines)})
     if notes:
         result.metrics["server_notes"] = notes
-    result.check("server_healthy", True, value=round(startup, 1), expected=f"< "
+    result.check("server_healthy", True, value=round(launched.startup, 1), expected=f"< "
                  f"{args.health_timeout:g}s", message=f"{url}/health answered")
-    result.check("model_listed", True, value=model, message="/v1/models lists it")
-    result.summary = (f"serving {model} at {url} ({how}), pid {record.pid}, up in "
-                      f"{startup:.1f}s; {life}" + "".join(f"; {n}" for n in notes))
+    result.check("model_listed", True, value=launched.model, message="/v1/models lists it")
+    result.summary = (f"{lead}serving {launched.model} at {url} ({how}), pid {record.pid}, "
+                      f"up in {launched.startup:.1f}s; {life}"
+                      + "".join(f"; {n}" for n in notes))
     return result
 
 

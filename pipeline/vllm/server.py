@@ -8,6 +8,9 @@ it died.
   port would be worse than a failure.
 - :func:`startup_phases` reads what vLLM's log says its start cost: model load,
   torch.compile, CUDA-graph capture, the engine's whole init.
+- :func:`capture_failure` says whether a server that died did so in its CUDA-graph capture
+  (a traceback through vLLM's cudagraph code), the death a speculation schedule vLLM 0.26
+  cannot capture ends in, and with which line;
 - :func:`error_line` picks the server's own reason out of its log: vLLM prints the real
   cause (e.g. ``Eagle3 is only supported for [...] models. Got ...model_type='kimi_k2'``)
   and then a generic ``Engine core initialization failed. See root cause above.``, so the
@@ -28,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["byte_size", "command_arg", "error_line", "json_value", "port_in_use", "port_owner",
+__all__ = ["byte_size", "capture_failure", "command_arg", "error_line", "json_value", "port_in_use", "port_owner",
            "serve_argv", "startup_phases"]
 
 
@@ -205,6 +208,34 @@ def error_line(lines: Sequence[str]) -> str | None:
         if raw.strip():
             return raw.strip()[:400]
     return None
+
+
+# a traceback frame in vLLM's CUDA-graph code (vllm/v1/worker/gpu/cudagraph_utils.py and
+# its spec_decode twin; the V1 runner's cuda_graph helpers)
+_CAPTURE_FRAME = re.compile(r'File "[^"]*(?:cudagraph|cuda_graph)[^"]*\.py"')
+
+
+def capture_failure(lines: Sequence[str]) -> str | None:
+    """The reason a dead server gave, when its traceback runs through vLLM's CUDA-graph
+    code (its capture, or the sizes it captures for); None otherwise."""
+    last = max((i for i, line in enumerate(lines) if _CAPTURE_FRAME.search(line)),
+               default=None)
+    if last is None:
+        return None
+    source = None
+    for line in lines[last + 1:]:
+        text = line.strip()
+        if text.startswith("assert "):
+            source = text
+            continue
+        m = _RAISED.match(text)
+        if m:
+            name, message = m.group(1), (m.group(2) or "").strip()
+            return f"{name}: {message or source or '(no message)'}"
+    return error_line(lines) or "it died in CUDA-graph capture"
+
+
+_RAISED = re.compile(r"^(\w*(?:Error|Exception))(?::\s*(.*))?$")
 
 
 # vLLM 0.2x's own start-up lines (the engine core's log; several per server when it

@@ -282,24 +282,40 @@ def _write_schedule(result: StageResult, found: dict[str, dict[int, LevelVerdict
     for name in usable:
         for c, v in found[name].items():
             table.setdefault(c, {})[name] = v.estimate
+    graphs = getattr(args, "schedule_graphs", sched.FULL)
     try:
-        schedule, choices = sched.from_sweep(table, usable, margin=args.schedule_margin)
+        schedule, choices = sched.from_sweep(table, usable, margin=args.schedule_margin,
+                                             graphs=graphs)
     except sched.ScheduleError as exc:
         result.error = f"no schedule written: {exc}"
         return
     path = args.schedule_out
     if not path.is_absolute():
         path = Path.cwd() / path
+    fixed = sched.best_fixed(table, usable)
     sched.write(path, schedule, choices, {"trials": args.trials,
                                           "min_seconds": args.min_seconds,
-                                          "candidates": usable})
+                                          "candidates": usable, "graphs": graphs,
+                                          "best_fixed_k": fixed})
     result.metrics["schedule"] = [list(e) for e in schedule]
     result.metrics["schedule_path"] = str(path)
+    result.metrics["schedule_graphs"] = graphs
+    result.metrics["best_fixed_k"] = fixed
+    gave_up = [ch for ch in choices if ch.best_k is not None]
+    if gave_up:
+        result.metrics["schedule_gave_up"] = [ch.to_json() for ch in gave_up]
     result.artifacts.append(str(path))
     print(f"schedule ({sched.KEY}) written to {path}: {json.dumps(schedule)}; per level: "
           + ", ".join(f"c={ch.concurrency} k={ch.k}" + (
               f" ({ch.candidate} {ch.speedup:.2f}x)" if ch.speedup is not None else "")
               for ch in choices), flush=True)
+    for ch in gave_up:
+        print(f"schedule: c={ch.concurrency} gave up its fastest k={ch.best_k} "
+              f"({ch.by_k.get(ch.best_k, 0):.2f}x) for k={ch.k} ("
+              + (f"{ch.speedup:.2f}x" if ch.speedup is not None else "not measured")
+              + "): with full CUDA graphs vLLM 0.26 starts only a schedule of one k "
+              "(a per-level schedule needs schedule_graphs: piecewise and a serve stage run "
+              "with piecewise graphs)", flush=True)
 
 
 def read_sweep(path: Path) -> dict[int, dict[str, Any]]:
