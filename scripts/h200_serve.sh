@@ -15,15 +15,12 @@
 #   bash scripts/h200_serve.sh b    # followed on (again while it says "still running")
 #   bash scripts/h200_serve.sh s    # the sabotaged drafter, served                ~250 s
 #
-# Phase b, in seconds (estimates from the 2026-12-02/04 runs: a vLLM start is ~100 s alone,
-# mostly Python imports; six at once on 16 cores, assumed ~180 s):
-#   start plain + k=1,2,3,5 (+ P-EAGLE) together, wait for all          ~180
-#   sweep: 1 trial x 4 levels x 5 servers x ~5 s (4 s, whole passes)     ~110  (+20 P-EAGLE)
-#   start the schedule server                                            ~100
-#   benchmark: 3 trials x 4 levels x 2 servers x ~21 s                   ~510
-#   reference: 4 levels x 2 servers x (ours + vLLM's) x ~10.5 s, + import ~200
-#   stop every server                                                     ~15
-#   total                                                               ~1115  (2 calls + 1)
+# Phase b without an earlier a runs the whole spec. In seconds (estimates from the
+# 2026-12-02..06 runs): verifier .. export ~300; six servers start during verify (~180,
+# hidden behind verify ~150 and the P-EAGLE stages ~150); sweep (1 trial of >= 3 s, 3 ks,
+# 4 levels) ~70; benchmark_peagle (2 trials, 3 candidates) ~110; the schedule's server
+# ~80; benchmark (ABBA trials, <= 60 s a level) <= 250; reference ~120; stop ~15: about
+# 1,400 in all, three calls of BUDGET.
 # To spend less, SET overrides keys of the copied spec before a fresh run, e.g.
 #   SET='sweep.with.min_seconds=3 reference.run=' bash scripts/h200_serve.sh b
 # (`stage.with.key=value` as YAML; an empty `reference.run=` drops that stage.)
