@@ -39,7 +39,7 @@ from typing import TypeVar
 from state.errors import StoreUnreachable
 
 __all__ = ["DEFAULT_BUDGET_S", "ENV", "URL_KEY", "Operation", "again", "budget_s", "current",
-           "run", "take_budget"]
+           "retried", "run", "take_budget"]
 
 T = TypeVar("T")
 
@@ -204,3 +204,14 @@ def again(fn: Callable[[], T]) -> T:
                 raise
             _pause(op, exc, None, tries)
             tries += 1
+
+
+def retried(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` as one operation (:func:`run`) each time it is called: for the steps of a
+    long-lived client (a pipeline run's), each of which may simply run again."""
+    import functools
+
+    @functools.wraps(fn)
+    def step(*args: object, **kwargs: object) -> T:
+        return run(lambda: fn(*args, **kwargs), what=fn.__name__.strip("_").replace("_", " "))
+    return step

@@ -121,12 +121,13 @@ def _as_recorded(call: Call) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def deliver(call: Call, handle: Callable[[Call], str | None],
-            log: Callable[[str], None]) -> str | None:
+def deliver(call: Call, handle: Callable[[Call], str | None], log: Callable[[str], None],
+            tell: Callable[[str], None]) -> str | None:
     """Send what the spool holds, then this call; the text to answer the agent with.
 
     ``handle`` runs one call against the store (inside an operation with the call's id,
-    :func:`state.retry.run`); ``log`` records a spooled call dropped for an error."""
+    :func:`state.retry.run`); ``log`` records a spooled call dropped for an error;
+    ``tell`` says to the agent, in one line, that this call was spooled."""
     from state import retry
 
     def attempt(c: Call, replay: bool) -> str | None:
@@ -141,7 +142,8 @@ def deliver(call: Call, handle: Callable[[Call], str | None],
         with _locked() as path:
             calls = [*_read(path), call]
             _write(path, calls)
-        return _spooled(why, path, len(calls))
+        tell(_spooled(why, path, len(calls)))
+        return None
     with _locked() as path:
         calls = _read(path)
         while calls:
@@ -164,7 +166,8 @@ def deliver(call: Call, handle: Callable[[Call], str | None],
             why = "the calls spooled before this one could not be sent yet"
         calls.append(call)
         _write(path, calls)
-    return _spooled(why, path, len(calls))
+    tell(_spooled(why, path, len(calls)))
+    return None
 
 
 def _spooled(why: str, path: Path, count: int) -> str:

@@ -261,7 +261,7 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None,
 
         text = read_text(None, f"{agent} hook payload")
         call = spool.new_call(agent, text, db=db, session=session, actor=actor, event=event)
-        return spool.deliver(call, hook_call, lambda line: log("hooks", line))
+        return spool.deliver(call, hook_call, lambda line: log("hooks", line), note)
 
     try:
         never_fail(agent, body)
