@@ -49,6 +49,7 @@ class _Link:
     def __init__(self, proxy: CutProxy, client: socket.socket, server: socket.socket):
         self.proxy, self.client, self.server = proxy, client, server
         self.ack_cut = False  # drop before the next answer reaches the client
+        self.wrote = False  # this transaction sent the statement drop_after_commit waits for
         self.closed = False
         self._lock = threading.Lock()
 
@@ -62,11 +63,15 @@ class _Link:
                 data = src.recv(65536)
                 if not data:
                     break
-                if up and self.proxy._commit_armed and _COMMIT in data:
-                    with self.proxy._lock:
-                        armed, self.proxy._commit_armed = self.proxy._commit_armed, False
-                    if armed:
-                        self.ack_cut = True
+                if up and self.proxy._commit_armed:
+                    self.wrote = self.wrote or self.proxy._after in data
+                    if _COMMIT in data:
+                        with self.proxy._lock:
+                            armed = self.proxy._commit_armed and self.wrote
+                            if armed:
+                                self.proxy._commit_armed = False
+                        self.ack_cut = armed
+                        self.wrote = False
                 while self.proxy.stalled and not self.closed:
                     time.sleep(0.05)
                 if not up and self.ack_cut:
@@ -98,6 +103,7 @@ class CutProxy:
         self._lock = threading.Lock()
         self._links: set[_Link] = set()
         self._commit_armed = False
+        self._after = b""
         self._listener: socket.socket | None = None
         self._stopped = False
         self.commits_cut = 0
@@ -138,10 +144,12 @@ class CutProxy:
         comes. ``stall(False)`` forwards again."""
         self.stalled = on
 
-    def drop_after_commit(self) -> None:
-        """The next COMMIT lands on the server, and its connection drops before the
-        answer reaches the client."""
+    def drop_after_commit(self, after: bytes = b"INSERT INTO events") -> None:
+        """The next COMMIT of a transaction that sent ``after`` (a statement's text: by
+        default a store write's events) lands on the server, and its connection drops
+        before the answer reaches the client."""
         with self._lock:
+            self._after = after
             self._commit_armed = True
 
     def close(self) -> None:

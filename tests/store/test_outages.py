@@ -174,7 +174,7 @@ def test_a_silent_server_is_not_waited_on_for_ever(cut_url: str, proxy: CutProxy
                 try:
                     retry.run(lambda: todos.add(store, sid, "silent too", actor="human"),
                               on_retry=seen.append)
-                except BaseException as exc:  # noqa: BLE001  (the test looks at it)
+                except BaseException as exc:
                     found.append(exc)
             t = threading.Thread(target=write)
             t.start()
@@ -283,20 +283,20 @@ def test_a_spooled_call_is_sent_once_on_sqlite(db_url: str, tmp_path: Path,
     leaves it) lands once, before the new call, even when it had landed already."""
     monkeypatch.setenv("HARNESS_SESSION", "default")
     monkeypatch.chdir(tmp_path)
-    call = spool.new_call("claude-code", _claude_todowrite([("kept", "pending")], tmp_path),
-                          db=None, session=None, actor=None, event=None)
+    # A context cut is written each time it is told (unlike a list, which merges).
+    cut = json.dumps({"hook_event_name": "PreCompact", "trigger": "manual",
+                      "session_id": "sess-1", "cwd": str(tmp_path)})
+    call = spool.new_call("claude-code", cut, db=None, session=None, actor=None, event=None)
     from harness.cli.hot import hook_call
 
     retry.run(lambda: hook_call(call), op_id=call["op"])  # it had landed, unseen
     spool_file = spool.spool_path()
     spool_file.parent.mkdir(parents=True)
     spool_file.write_text(json.dumps(call) + "\n")
-    r = run_cli(["hook", "claude-code"], _claude_todowrite(
-        [("kept", "in_progress")], tmp_path))
+    r = run_cli(["hook", "claude-code"], _claude_todowrite([("kept", "pending")], tmp_path))
     assert r.code == 0 and not r.err, r.err
     assert spool.waiting() == []
     with Store.open(db_url) as s:
         sid = s.session_by_name("default").id
-        assert [(t.content, t.status) for t in s.todos(sid)] == [("kept", "in_progress")]
-        assert [e.kind for e in s.events(sid)] == ["session.created", "todo.created",
-                                                   "todo.updated"]
+        assert [e.kind for e in s.events(sid)] == ["session.created", "agent.context",
+                                                   "todo.created"]
