@@ -24,6 +24,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from state import retry
 from state.db.connection import Connections, normalize_url, notify_sql, sqlite_path
 from state.db.sql import SQL
 from state.errors import InvalidChange, ReadOnlyStore, SchemaTooNew, StoreError, StoreUnavailable
@@ -144,6 +145,21 @@ def _create_sqlite(path: Path) -> bool:
                 p.unlink()
 
 
+def _write_key() -> tuple[str, bool]:
+    """The key of the write about to start, and whether a commit of it may have landed
+    already (a retried operation, a hook's spooled payload): state/retry.py."""
+    op = retry.current()
+    if op is None:
+        return retry.new_id(), False
+    return op.key(retry.call_site(4)), op.replay
+
+
+def _landed(tx: Tx) -> None:
+    op = retry.current()
+    if op is not None:
+        op.landed += 1
+
+
 class Store(Readers):
     """A harness store on SQLite or PostgreSQL. Open with :meth:`Store.open`."""
 
@@ -183,27 +199,31 @@ class Store(Readers):
         store.created = created
         try:
             if check:
-                todo = store.pending_migrations()
-                if todo and migrate:
-                    store._conn.refuse_if_read_only(f"apply its {len(todo)} pending "
-                                                    "migration(s)")
-                    try:
-                        store.upgrade()
-                    except StoreError as exc:
-                        if not exc.message.startswith("not allowed"):
-                            raise
-                        raise StoreError(
-                            f"database needs {len(todo)} migration(s) that this database "
-                            f"user may not apply ({exc.message})", where=store.where,
-                            hint="the store's owner runs `harness db upgrade`") from None
-                elif todo:
-                    raise StoreError(
-                        f"database needs {len(todo)} migration(s)", where=store.where,
-                        hint="run `harness db upgrade`")
+                # Opening is read again, and a migration applied again, while the server
+                # is unreachable: both find what is done and do the rest.
+                retry.again(lambda: store._open_checked(migrate))
         except BaseException:
             store.close()
             raise
         return store
+
+    def _open_checked(self, migrate: bool) -> None:
+        """Refuse a store too new for us; apply pending migrations, or refuse them."""
+        todo = self.pending_migrations()
+        if todo and migrate:
+            self._conn.refuse_if_read_only(f"apply its {len(todo)} pending migration(s)")
+            try:
+                self.upgrade()
+            except StoreError as exc:
+                if not exc.message.startswith("not allowed"):
+                    raise
+                raise StoreError(
+                    f"database needs {len(todo)} migration(s) that this database "
+                    f"user may not apply ({exc.message})", where=self.where,
+                    hint="the store's owner runs `harness db upgrade`") from None
+        elif todo:
+            raise StoreError(f"database needs {len(todo)} migration(s)", where=self.where,
+                             hint="run `harness db upgrade`")
 
     # -- what this store is ---------------------------------------------------------------
     @property
@@ -327,11 +347,15 @@ class Store(Readers):
         """A write transaction on the session as ``actor``. It is ``actor``'s heartbeat
         (its leases there are renewed) unless ``heartbeat`` is False: an import writes as
         the agent of an old transcript, which says nothing of that agent now."""
+        key, check = _write_key()
         with self._locked() as cur:
-            tx = Tx(self, cur, session_id, actor, ref, heartbeat=heartbeat)
+            tx = Tx(self, cur, session_id, actor, ref, heartbeat=heartbeat, key=key,
+                    check=check)
             yield tx
             tx.write_out()
-        self._todo_cache[session_id] = (tx.state.n, tx.state.todos)
+        _landed(tx)
+        if tx.landed is None:
+            self._todo_cache[session_id] = (tx.state.n, tx.state.todos)
 
     @contextmanager
     def write_new(self, name: str, *, actor: str, pipeline: str | None = None,
@@ -347,15 +371,27 @@ class Store(Readers):
             raise InvalidChange("a session name contains a NUL character")
         if self.read_only is not None:
             self._conn.refuse_if_read_only(f"create session {name!r}")
+        key, check = _write_key()
         with self._locked() as cur:
             cur.execute(self._q["session_id"], (name,))
-            if cur.fetchone():
+            row = cur.fetchone()
+            replay = False
+            if row and check:
+                cur.execute(self._q["write_landed"], (key,))
+                mine = cur.fetchone()
+                # This very write created it, and its acknowledgement was lost: replay.
+                replay = mine is not None and mine[0] == row[0]
+            if row and not replay:
                 raise InvalidChange(f"session {name!r} already exists")
             created = ts or utcnow()
-            cur.execute(self._q["insert_session"], (name, created, pipeline, parent_id, fork_n))
-            cur.execute(self._q["session_id"], (name,))
-            sid = cur.fetchone()[0]
-            tx = Tx(self, cur, sid, actor, ref)
+            if replay:
+                sid = row[0]
+            else:
+                cur.execute(self._q["insert_session"],
+                            (name, created, pipeline, parent_id, fork_n))
+                cur.execute(self._q["session_id"], (name,))
+                sid = cur.fetchone()[0]
+            tx = Tx(self, cur, sid, actor, ref, key=key, check=replay)
             payload: dict[str, Any] = {"name": name}
             if pipeline:
                 payload["pipeline"] = pipeline
@@ -365,7 +401,9 @@ class Store(Readers):
             tx.emit("session.created", payload=payload, ts=created, actor=created_by)
             yield tx
             tx.write_out()
-        self._todo_cache[sid] = (tx.state.n, tx.state.todos)
+        _landed(tx)
+        if tx.landed is None:
+            self._todo_cache[sid] = (tx.state.n, tx.state.todos)
 
     def create_session(self, name: str, *, actor: str, pipeline: str | None = None,
                        parent_id: int | None = None, fork_n: int | None = None,

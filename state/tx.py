@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from state.db.sql import (
     MULTI_ROW_MAX,
     artifact_values,
+    event_from_row,
     multi_row_insert,
     run_from_row,
     run_values,
@@ -42,7 +43,7 @@ from state.fold import (
     check_status,
     claim_of,
 )
-from state.leases import expire_lapsed
+from state.leases import LEASE_ACTOR, expire_lapsed, expired_lease
 from state.series import SeriesPoint, point_values
 from state.values import dumps, nul_at, utcnow
 
@@ -64,6 +65,13 @@ class TxStore(Protocol):
     def _full_extras(self, cur: Any, session_id: int
                      ) -> tuple[list[VerificationState], list[ArtifactState]]: ...
 
+    def state_at(self, session_id: int, n: int | None = None) -> SessionState: ...
+
+# The events that take a fresh store-wide id: the table it counts in, the payload's field.
+_NEW_IDS = {"run.queued": ("runs", "run"),
+            "verification.recorded": ("verifications", "verification"),
+            "artifact.recorded": ("artifacts", "artifact")}
+
 # Snapshot a session's state every this many events (chosen by bench/store/replay.py).
 SNAPSHOT_EVERY = 256
 
@@ -72,8 +80,15 @@ class Tx:
     """One write transaction on one session. Create with :meth:`Store.write`."""
 
     def __init__(self, store: TxStore, cur: Any, session_id: int, actor: str, ref: str | None,
-                 *, heartbeat: bool = True):
+                 *, heartbeat: bool = True, key: str | None = None, check: bool = False):
         self.store = store
+        #: this write's client-made key (state/retry.py), stored on its first event
+        self.key = key
+        #: the events a commit of this very write left, when a retry finds its key stored:
+        #: the body then replays against the session as it was before them, writing nothing
+        self.landed: list[Event] | None = None
+        self._replay_ids: dict[str, list[int]] = {}
+        self._replayed = 0  # landed events matched by the replay so far
         self.session_id = session_id
         self.actor = actor
         self.ref = ref
@@ -102,7 +117,7 @@ class Tx:
         self._heartbeat = heartbeat
         self._lease_changes: dict[int, tuple[str, float, str] | None] = {}
         self.expired: list[Event] = []
-        self._load()
+        self._load(check)
 
     # -- loading -------------------------------------------------------------------------
     def _one(self, name: str, *args: Any) -> Any:
@@ -110,7 +125,7 @@ class Tx:
         row = self._cur.fetchone()
         return row[0] if row else None
 
-    def _load(self) -> None:
+    def _load(self, check: bool) -> None:
         sid = self.session_id
         self._cur.execute(self._q["load_tops"], (sid, sid, sid, self.actor, sid, sid,
                                                  self.actor))
@@ -130,6 +145,8 @@ class Tx:
         self.state = SessionState(session_id=sid, n=n, next_num=next_num, todos=todos)
         self._start_n = n
         self._existing_todos = set(todos)
+        if check and self.key is not None and self._find_landed(self.key):
+            return
         if earliest is not None and earliest <= self.now:
             self.expired = expire_lapsed(self)
         if not self._heartbeat:
@@ -140,6 +157,48 @@ class Tx:
             # tenth of their length ago are left as they are (no write for so little).
             self.renew_leases()
         self.store._leases_seen[(sid, self.actor)] = time.monotonic()
+
+    def _find_landed(self, key: str) -> bool:
+        """A retried write: if a commit of it landed (its acknowledgement lost on the
+        way), take the session back to just before it, so the body computes what it
+        computed then; :meth:`write_out` then writes nothing. Whether it had landed."""
+        from state.errors import StoreUnreachable
+
+        self._cur.execute(self._q["write_landed"], (key,))
+        row = self._cur.fetchone()
+        if row is None:
+            return False
+        if row[0] != self.session_id:
+            raise StoreUnreachable("a retried write's key belongs to another write",
+                                   diverged=key)
+        first = row[1]
+        self._cur.execute(self._q["events_from"], (self.session_id, first))
+        landed: list[Event] = []
+        for r in self._cur:
+            if landed and r[9] is not None:
+                break  # the next write's first event
+            landed.append(event_from_row(r))
+        state = self.store.state_at(self.session_id, first - 1)
+        # The leases the first attempt found run out were ended at its start: end them
+        # again here, the same way, and replay the rest.
+        self.expired = []
+        for ev in landed:
+            if ev.actor != LEASE_ACTOR or expired_lease(ev) is None:
+                break
+            apply(state, ev)
+            self.expired.append(ev)
+        self.landed = landed[len(self.expired):]
+        self.state = state
+        self._seq = self.expired[-1].seq if self.expired else landed[0].seq - 1
+        self._start_n = state.n
+        self._existing_todos = set(state.todos)
+        self._existing_runs = set(state.runs)
+        self._runs_loaded = True
+        for ev in self.landed:
+            if ev.kind in _NEW_IDS:
+                table, name = _NEW_IDS[ev.kind]
+                self._replay_ids.setdefault(table, []).append(ev.payload[name])
+        return True
 
     def renew_leases(self) -> None:
         """Renew every lease of this transaction's actor in its session that has not run
@@ -208,6 +267,11 @@ class Tx:
 
     def new_id(self, table: str) -> int:
         """A fresh store-wide id for a run, verification or artifact (we hold the lock)."""
+        if self.landed is not None:  # a replay: the ids the landed commit took, in order
+            ids = self._replay_ids.get(table)
+            if not ids:
+                self._diverged()
+            return ids.pop(0)  # type: ignore[union-attr]
         if table not in self._new_ids:
             self._new_ids[table] = self._one(f"max_id_{table}") or 0
         self._new_ids[table] += 1
@@ -388,6 +452,18 @@ class Tx:
         (psycopg's pipeline mode was tried for these writes: slower here, its sync costs
         more than the ~30 µs round trips it saves on a local server.)
         """
+        self._write(final=True)
+
+    def _write(self, *, final: bool) -> None:
+        if self.landed is not None:
+            # A replay of a write whose commit had landed: it must do the same again.
+            done = self._replayed + len(self.events)
+            if [(e.kind, e.todo_id) for e in self.events] != \
+                    [(e.kind, e.todo_id) for e in self.landed[self._replayed:done]] \
+                    or (final and done != len(self.landed)):
+                self._diverged()
+            self._replayed = done
+            return
         q, cur = self._q, self._cur
         if self.events:
             self._flush_events()
@@ -417,7 +493,7 @@ class Tx:
         A long import calls this now and then so that its memory stays bounded; the
         transaction still commits or rolls back as a whole.
         """
-        self.write_out()
+        self._write(final=False)
         self.events = []
         self._payloads = []
         self._touched = {}
@@ -428,10 +504,21 @@ class Tx:
         self._view_writes = {}
         self._lease_changes = {}
 
+    def _diverged(self) -> None:
+        """The stored write under this key is another one (the operation took another
+        path this time): run it again with a fresh key."""
+        from state.errors import StoreUnreachable
+
+        raise StoreUnreachable("a retried write's key belongs to another write",
+                               diverged=self.key)
+
     def _flush_events(self) -> None:
         q, cur, sid = self._q, self._cur, self.session_id
-        rows = [(e.seq, e.session_id, e.n, e.ts, e.actor, e.kind, e.todo_id, text_, e.ref)
-                for e, text_ in zip(self.events, self._payloads, strict=True)]
+        rows = [(e.seq, e.session_id, e.n, e.ts, e.actor, e.kind, e.todo_id, text_, e.ref,
+                 None) for e, text_ in zip(self.events, self._payloads, strict=True)]
+        if self.key is not None:
+            rows[0] = (*rows[0][:9], self.key)
+            self.key = None  # on the first event of the transaction only (flush() again)
         if self.store.dialect == "postgresql" and len(rows) <= MULTI_ROW_MAX:
             # One multi-row INSERT: psycopg's executemany syncs a pipeline, which costs
             # more than the statement for the few events of an everyday write.

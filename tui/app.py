@@ -197,7 +197,8 @@ class HarnessApp(App[None]):
             future.set_result(None)
 
     def on_store_problem(self, message: StoreProblem) -> None:
-        self.notify(message.text, severity="error", timeout=10, markup=False)
+        self.notify(message.text, severity=message.severity,  # type: ignore[arg-type]
+                    timeout=10 if message.severity == "error" else 4, markup=False)
 
     def switch_session(self, session_id: int) -> None:
         """Show another session live (after "fork from here")."""

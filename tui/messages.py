@@ -63,3 +63,4 @@ class Settled(Message):
 @dataclass
 class StoreProblem(Message):
     text: str
+    severity: str = "error"  # "information": the store is back

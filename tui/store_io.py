@@ -22,6 +22,8 @@ from textual.message import Message
 
 from harness.charts.model import RunSeries, is_series
 from harness.errors import KNOWN_ERRORS, render
+from state import retry
+from state.errors import StoreUnreachable
 from state.fold import Event, SessionState, apply
 from state.leases import Lease
 from state.store import Store
@@ -197,11 +199,17 @@ class StoreIO:
         if stop:
             return True
         try:
-            self._refresh(watch)
-            self._problem = ""
+            # A read that meets the server away fails at once here (no budget: this loop
+            # is the retry, every poll), so the board can say so while it waits.
+            retry.run(lambda: self._refresh(watch), cap_s=0)
+            if self._problem:
+                self._problem = ""
+                self._post(StoreProblem("store reachable again", severity="information"))
         except KNOWN_ERRORS as exc:
-            # A locked or vanished database: say so once, keep trying.
+            # A locked, vanished or unreachable database: say so once, keep trying.
             text = render(exc)
+            if isinstance(exc, StoreUnreachable):
+                text = f"store unreachable, retrying ({exc.message.split(';')[0]})"
             if text != self._problem:
                 self._problem = text
                 self._post(StoreProblem(text))
@@ -213,7 +221,8 @@ class StoreIO:
 
     def _run_job(self, job: Job) -> WriteDone:
         try:
-            return job()
+            # A person's change waits out a store that went away, within its budget.
+            return retry.run(job, what="the change")
         except KNOWN_ERRORS as exc:
             return WriteDone(render(exc), severity="error")
 

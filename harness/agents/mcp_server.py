@@ -45,6 +45,7 @@ from harness.agents.todolist import prompt_block, todo_json
 from harness.agents.tools import TOOLS, Answer, ToolEnv, ToolSpec
 from harness.context import Harness
 from harness.errors import KNOWN_ERRORS, InputError, render
+from state import retry
 
 SERVER_NAME = "todo-harness"
 DEFAULT_AGENT = "mcp"
@@ -127,7 +128,11 @@ class HarnessMCP:
                            f"unknown tool {params.name!r} (known: {', '.join(self.tools)})")
         env = ToolEnv(self.harness, agent_name(ctx, self.actor_override))
         try:
-            answer = await self._blocking(self._answer, spec, env, params.arguments)
+            # The store may be away for a while (a restart, a cut network): the call runs
+            # again from the top within the store's retry budget (state/retry.py).
+            answer = await self._blocking(partial(
+                retry.run, partial(self._answer, spec, env, params.arguments),
+                what=f"the {spec.name} call"))
         except KNOWN_ERRORS as exc:
             return _text_result(render(exc), error=True)
         except Exception as exc:  # a bug of ours: answer, log, keep serving
@@ -189,7 +194,7 @@ class HarnessMCP:
                              params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         uri = str(params.uri)
         try:
-            text, mime = await self._blocking(self._resource_text, uri)
+            text, mime = await self._blocking(retry.run, partial(self._resource_text, uri))
         except KNOWN_ERRORS as exc:
             raise MCPError(types.INVALID_PARAMS, render(exc)) from None
         return types.ReadResourceResult(contents=[

@@ -399,8 +399,19 @@ def doctor(agents: tuple[str, ...], as_json: bool) -> None:
         emit_json([f.as_json() for f in findings])
     else:
         click.echo(render(findings))
+    _spool_note(as_json)
     if not all(f.ok for f in findings):
         raise click.exceptions.Exit(1)
+
+
+def _spool_note(as_json: bool) -> None:
+    """Hook calls that found the store unreachable and wait in the spool (stderr beside
+    --json, which stays the list of findings)."""
+    from harness.agents.spool import doctor_line
+
+    line = doctor_line()
+    if line:
+        click.echo(line, err=as_json)
 
 
 def register(cli: click.Group) -> None:

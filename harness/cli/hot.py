@@ -44,6 +44,9 @@ COMMANDS: dict[tuple[str, ...], dict[str, Any]] = {
 GLOBAL = {"--db": "db", "--session": "session", "-s": "session"}
 
 _open: list[Any] = []  # the Harness this invocation opened, closed by close()
+# What this process read on stdin: a command that runs again (the store went away, see
+# harness.cli.main) reads the same payload again.
+_stdin: list[str] = []
 
 
 def parse(args: list[str]) -> tuple[tuple[str, ...], dict[str, Any]] | None:
@@ -130,6 +133,11 @@ def close() -> None:
         _open.pop().close()
 
 
+def forget_input() -> None:
+    """The command line is done: the next one (in this process) reads stdin afresh."""
+    _stdin.clear()
+
+
 def out(text: str) -> None:
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
@@ -139,22 +147,34 @@ def note(text: str) -> None:
     sys.stderr.write(text + "\n")
 
 
-def read_payload(path: Path | None, where: str,
-                 empty: str = "empty payload (expected one JSON object)") -> Any:
-    """One JSON payload from a file or stdin, within the size limit."""
+def read_text(path: Path | None, where: str) -> str:
+    """One payload's text from a file or stdin, within the size limit."""
     from harness import formats
 
     if path is not None:
         try:
             with path.open("rb") as fh:
-                text = formats.read_limited(fh, where)
+                return formats.read_limited(fh, where)
         except OSError as exc:
             raise InputError(f"cannot read ({exc.strerror})", where=where) from None
-    else:
-        text = formats.read_limited(sys.stdin.buffer, where)
+    if not _stdin:
+        _stdin.append(formats.read_limited(sys.stdin.buffer, where))
+    return _stdin[0]
+
+
+def parse_payload(text: str, where: str,
+                  empty: str = "empty payload (expected one JSON object)") -> Any:
+    from harness import formats
+
     if not text.strip():
         raise InputError(empty, where=where)
     return formats.loads(text, where)
+
+
+def read_payload(path: Path | None, where: str,
+                 empty: str = "empty payload (expected one JSON object)") -> Any:
+    """One JSON payload from a file or stdin, within the size limit."""
+    return parse_payload(read_text(path, where), where, empty)
 
 
 # -- the bodies (the click commands call these too) ---------------------------------------
@@ -231,11 +251,40 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None,
          event: str | None = None) -> int:
     """``harness hook AGENT``: the agent's hook payload on stdin. Never fails the agent:
     any error is logged to ``<data dir>/logs/hooks.log`` and the hook exits 0."""
-    name = actor or agent
-    name = name if name.startswith("agent:") else f"agent:{name}"
 
     def body() -> str | None:
-        payload = read_payload(None, f"{agent} hook payload", empty="empty hook payload")
+        # The store may be away (a restart, a cut network): within the agent's time limit
+        # the call goes to the spool instead, and the next call sends it
+        # (harness/agents/spool.py).
+        from harness.agents import spool
+        from harness.agents.logfile import log
+
+        text = read_text(None, f"{agent} hook payload")
+        call = spool.new_call(agent, text, db=db, session=session, actor=actor, event=event)
+        return spool.deliver(call, hook_call, lambda line: log("hooks", line), note)
+
+    try:
+        never_fail(agent, body)
+    finally:
+        try:
+            close()
+        except Exception as exc:  # closing must not fail the agent either
+            from harness.agents.logfile import log
+
+            log("hooks", f"{agent}: closing the store: {exc}")
+    return 0
+
+
+def hook_call(call: dict[str, Any]) -> str | None:
+    """One hook call (as :func:`harness.agents.spool.new_call` keeps it) against the
+    store: the agent's answer."""
+    agent, args = call["agent"], call["args"]
+    db, session, event = args.get("db"), args.get("session"), args.get("event")
+    name = args.get("actor") or agent
+    name = name if name.startswith("agent:") else f"agent:{name}"
+    try:
+        payload = parse_payload(call["payload"], f"{agent} hook payload",
+                                empty="empty hook payload")
         if agent == "gemini-cli" and isinstance(payload, dict) \
                 and payload.get("hook_event_name") == "PreCompress":
             # Before every request to the model: mostly nothing to do, and that is
@@ -273,17 +322,8 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None,
         from harness.agents.opencode import handle as handle_opencode
 
         return handle_opencode(payload, _harness(db, session, announce=False), actor=name)
-
-    try:
-        never_fail(agent, body)
     finally:
-        try:
-            close()
-        except Exception as exc:  # closing must not fail the agent either
-            from harness.agents.logfile import log
-
-            log("hooks", f"{agent}: closing the store: {exc}")
-    return 0
+        close()  # each attempt opens the store afresh
 
 
 def never_fail(name: str, body: Callable[[], str | None]) -> None:

@@ -76,20 +76,55 @@ def _quiet(main_thread: bool) -> bool:
     return landed
 
 
+# Commands not run again whole when the store goes away: the long-lived ones and `run`
+# retry each of their own steps; a hook has its own budget and spool; `verify` would
+# compute again; `db` looks after the store itself.
+NOT_RETRIED = frozenset({"run", "mcp", "tui", "watch-codex", "hook", "verify", "db"})
+
+
+def _command(args: list[str]) -> str | None:
+    """The command word of a line (after any global --db/--session and their values)."""
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("--db", "--session", "-s"):
+            i += 2
+            continue
+        if not a.startswith("-"):
+            return a
+        i += 1
+    return None
+
+
+def _line(args: list[str]) -> int:
+    """One attempt at a command line."""
+    try:
+        code = hot.run(args)
+        if code is None:
+            from harness.cli.app import run
+
+            code = run(args)
+        return code
+    finally:
+        hot.close()
+
+
 def _run(args: list[str]) -> int:
     from harness.context import NOTES
 
     try:
-        try:
-            code = hot.run(args)
-            if code is None:
-                from harness.cli.app import run
+        word = _command(args)
+        if word is None or word in NOT_RETRIED:
+            code = _line(args)
+        else:
+            # A command meets a server that went away (a restart, a cut network): it runs
+            # again from the top, until the store's retry budget is spent. Its writes carry
+            # keys, so a write whose commit had landed unseen is not written twice.
+            from state import retry
 
-                code = run(args)
-        finally:
-            hot.close()
+            code = retry.run(lambda: _line(args), what=f"`harness {word}`")
         if code == 0:
-            for line in NOTES:
+            for line in dict.fromkeys(NOTES):
                 print(line, file=sys.stderr)
         return code
     except KeyboardInterrupt:
@@ -104,6 +139,7 @@ def _run(args: list[str]) -> int:
         return 0
     finally:
         NOTES.clear()
+        hot.forget_input()
 
 
 def __getattr__(name: str) -> Any:

@@ -33,6 +33,7 @@ from pipeline.spec.models import HostSpec, Pipeline, Stage
 from pipeline.stage_graph import upstream
 from pipeline.vllm.service import ServiceRecord
 from state.fold import RunState
+from state.retry import retried
 from state.store import Store, utcnow
 
 __all__ = ["await_servers", "pending_servers"]
@@ -134,6 +135,7 @@ def _ask(host: HostSpec, requests: list[dict[str, Any]],
     return answers
 
 
+@retried
 def _record_ready(store: Store, sid: int, run: RunState, answer: dict[str, Any],
                   out: Callable[[str], None]) -> None:
     startup = answer.get("startup_s")
@@ -154,6 +156,7 @@ def _record_ready(store: Store, sid: int, run: RunState, answer: dict[str, Any],
     out(f"[{run.stage}] r{run.id} {line}")
 
 
+@retried
 def _record_failed(store: Store, sid: int, run: RunState, answer: dict[str, Any],
                    out: Callable[[str], None]) -> str:
     error = str(answer.get("error") or "it did not answer")

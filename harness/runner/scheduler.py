@@ -31,7 +31,9 @@ from harness.services import stop_services, stopped_servers
 from pipeline.hosts.executor import Executor
 from pipeline.redact import secret_values
 from pipeline.spec.models import HostSpec, Pipeline, Stage
+from state import retry
 from state.fold import PRIORITY_RANK, RunState, TodoState, unmet_dependencies
+from state.retry import retried
 from state.store import Store, Tx
 
 __all__ = ["Outcome", "RunReport", "Runner"]
@@ -86,6 +88,7 @@ class Runner:
     def host(self, stage: Stage) -> HostSpec:
         return stage_host(self.spec, stage, self.overrides)
 
+    @retried
     def ensure_todos(self) -> dict[str, int]:
         """One todo per stage, created once; a person's edits to them are kept. The spec
         is the plan: a stage todo's dependencies on other stages follow the spec's
@@ -134,6 +137,7 @@ class Runner:
         self._summarise(report)
         return report
 
+    @retried
     def _follow_definitions(self) -> None:
         """A completed stage whose action or ``with:`` changed in the spec since it ran is
         not silently kept: without ``--rerun-changed`` or ``--keep-changed`` the run
@@ -151,6 +155,7 @@ class Runner:
             for line in apply_changes(tx, self.spec, changes, self.changed):
                 self.out(line)
 
+    @retried
     def _unblock_scope(self) -> None:
         """``--retry-blocked``: the blocked todos of stages in scope go back to pending."""
         with self.store.write(self.sid, RUNNER) as tx:
@@ -166,11 +171,13 @@ class Runner:
 
     def _stop_services(self) -> None:
         try:
-            stop_services(self.store, self.sid, executor=self._executor,
-                          stages={s.name for s in self.spec.stages}, out=self.out)
+            retry.run(lambda: stop_services(self.store, self.sid, executor=self._executor,
+                                            stages={s.name for s in self.spec.stages},
+                                            out=self.out), what="stopping the servers")
         except Exception as exc:  # never mask how the run itself ended
             self.out(f"[services] could not stop servers: {exc}")
 
+    @retried
     def _revive_services(self) -> None:
         """A completed stage whose server the harness has since stopped runs again when a
         stage in scope that needs it is still to run (a re-run after a blocked benchmark,
@@ -256,6 +263,7 @@ class Runner:
             self.out(f"  to run the blocked stage{'s' if len(report.blocked) > 1 else ''} "
                      f"again once the cause is fixed: {self.rerun} --retry-blocked")
 
+    @retried
     def _pick(self) -> tuple[Stage, TodoState, RunState] | None:
         """Choose and claim the next todo in one transaction: two runners never take one."""
         with self.store.write(self.sid, RUNNER) as tx:
@@ -297,10 +305,15 @@ class Runner:
                 return outcome
             self.out(f"[{stage.name}] attempt {run.attempt} failed ({outcome.reason}); "
                      f"retrying ({run.attempt}/{retries} retries used)")
-            with self.store.write(self.sid, RUNNER) as tx:
-                run = self._queue(tx, stage, todo.num, attempt=run.attempt + 1)
+            run = self._requeue(stage, todo.num, run.attempt + 1)
+
+    @retried
+    def _requeue(self, stage: Stage, todo: int, attempt: int) -> RunState:
+        with self.store.write(self.sid, RUNNER) as tx:
+            return self._queue(tx, stage, todo, attempt=attempt)
 
     # -- runs left behind by a runner that died ---------------------------------------------
+    @retried
     def _orphans(self) -> list[RunState]:
         """Claim the session's active runs whose runner is gone."""
         claimed = []

@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.render import safe_line
 from harness.runner.deadline import EtaWatch, duration, stage_scale, stage_timeout
-from harness.runner.evidence import checks_failed_alone, judge, record_verification
+from harness.runner.evidence import Judgement, checks_failed_alone, judge, record_verification
 from harness.runner.logs import LOG_FLUSH_BYTES, LOG_FLUSH_SECONDS, Chunk, LogReader
 from harness.runner.offline import offline_context, with_gap
 from harness.runner.ownership import RUNNER, job_key
@@ -28,16 +28,23 @@ from harness.runner.pending import await_servers
 from harness.runner.series import SeriesReader, unfinished_line
 from pipeline.actions import StageResult
 from pipeline.errors import ExecutorError, HostUnreachable, JobError, PipelineError
+from pipeline.gates import Gate
 from pipeline.hosts.executor import Executor, JobHandle, JobStatus, executor_for
 from pipeline.hosts.ship import code_env, ensure_shipped, package_hash
 from pipeline.series import MAX_LINE, is_series
 from pipeline.spec.models import HostSpec, Pipeline, Stage
+from state import retry
+from state.errors import StoreUnreachable
 from state.fold import RunState
+from state.retry import retried
 from state.series import SeriesPoint
 from state.store import Store, utcnow
 
 # a live log line longer than this is cut on the terminal; the store keeps it whole
 LIVE_WIDTH = 300
+# How long a flush of a running job's log, or a look for a person's cancel, waits for an
+# unreachable store before the watch goes on (the job runs on meanwhile; asked again later).
+LOG_WAIT_S = 2.0
 
 
 @dataclass
@@ -117,6 +124,11 @@ class Supervisor:
         how = "re-attached to" if handle.attached else "started"
         self.out(f"[{stage.name}] t{todo} {how} r{run.id} on {host.label} "
                  f"(attempt {run.attempt}, {handle.ident})")
+        self._running(run, handle, code_hash)
+        return self.watch(stage, todo, run.id, ex, handle)
+
+    @retried
+    def _running(self, run: RunState, handle: JobHandle, code_hash: str | None) -> None:
         with self.store.write(self.sid, RUNNER) as tx:
             # A scheduler's job id goes on the run in the same write that says it runs.
             job = {**run.job, "job_id": handle.job_id} if run.job and handle.job_id \
@@ -124,7 +136,6 @@ class Supervisor:
             tx.update_run(run.id, state="running", pid=handle.pid, run_dir=handle.run_dir,
                           command=handle.command, code_hash=code_hash, job=job,
                           started_at=run.started_at or utcnow())
-        return self.watch(stage, todo, run.id, ex, handle)
 
     def _code(self, ex: Executor, host: HostSpec, env: dict[str, str]
               ) -> tuple[str, dict[str, str]]:
@@ -172,7 +183,7 @@ class Supervisor:
             due = time.monotonic() - last_flush >= LOG_FLUSH_SECONDS
             if stream.pending and (due or status.finished
                                    or stream.pending > LOG_FLUSH_BYTES):
-                stream.flush()
+                stream.flush(wait=status.finished)
                 last_flush = time.monotonic()
             if status.finished:
                 break
@@ -198,8 +209,12 @@ class Supervisor:
     def _warn(self, stage: Stage, todo: int, warning: str) -> None:
         """Said on the terminal and kept on the todo, where the board and `show` find it."""
         self.out(f"[{stage.name}] warning: {warning}")
+        self._note(todo, f"warning: {warning}")
+
+    @retried
+    def _note(self, todo: int, text: str) -> None:
         with self.store.write(self.sid, RUNNER) as tx:
-            tx.emit("todo.noted", todo_id=todo, payload={"text": f"warning: {warning}"})
+            tx.emit("todo.noted", todo_id=todo, payload={"text": text})
 
     def _show(self, stage: Stage, chunk: Chunk, run_id: int) -> None:
         if self.show_logs:
@@ -211,17 +226,23 @@ class Supervisor:
                     self.out(f"  {stage.name} | {shown}")
 
     def _flush_log(self, run_id: int, chunks: Iterable[Chunk],
-                   points: Sequence[SeriesPoint] = ()) -> None:
+                   points: Sequence[SeriesPoint] = (), *, wait: bool = True) -> None:
         """Log text and the points read from it, in one write: a runner that re-attaches
-        reads on from the stored log's end, so the two never disagree."""
+        reads on from the stored log's end, so the two never disagree.
+
+        ``wait=False``: try for a moment only (the job is watched meanwhile); the caller
+        keeps what did not go and sends it with the next flush."""
         chunks = list(chunks)
         if not chunks and not points:
             return
-        with self.store.write(self.sid, RUNNER) as tx:
-            for start, text in chunks:
-                tx.append_log(run_id, start, text)
-            if points:
-                tx.append_points(points)
+
+        def write() -> None:
+            with self.store.write(self.sid, RUNNER) as tx:
+                for start, text in chunks:
+                    tx.append_log(run_id, start, text)
+                if points:
+                    tx.append_points(points)
+        retry.run(write, what="the job's log", cap_s=None if wait else LOG_WAIT_S)
 
     def _stored_log_end(self, run_id: int) -> int:
         return self.store.log_end(run_id)
@@ -235,7 +256,14 @@ class Supervisor:
         return unfinished_line(text)
 
     def _stopped_by_person(self, run_id: int, todo: int) -> bool:
-        """A person cancelled the todo (or the run, from another terminal)."""
+        """A person cancelled the todo (or the run, from another terminal). A store away
+        for now cannot say: asked again at the next poll."""
+        try:
+            return retry.run(lambda: self._cancelled(run_id, todo), cap_s=LOG_WAIT_S)
+        except StoreUnreachable:
+            return False
+
+    def _cancelled(self, run_id: int, todo: int) -> bool:
         try:
             t = self.store.todo(self.sid, todo)
         except HarnessError:
@@ -273,13 +301,18 @@ class Supervisor:
             gate, offline = offline_context(self.store, self.sid, self.spec, stage)
             result.metrics = with_gap({**result.metrics, **offline})
         verdict = judge(stage, result, self._missing_outputs(ex, stage), gate=gate)
-        with self.store.write(self.sid, RUNNER) as tx:
-            record_verification(tx, stage, todo, run_id, result, verdict, gate=gate)
+        self._record(stage, todo, run_id, result, verdict, gate)
         if verdict.problems:
             return self.end(stage, todo, run_id, "failed", status.exit_code,
                             "; ".join(verdict.problems), result)
         return self.end(stage, todo, run_id, "succeeded", 0, verdict.note, result,
                         gated=bool(gate))
+
+    @retried
+    def _record(self, stage: Stage, todo: int, run_id: int, result: StageResult | None,
+                verdict: Judgement, gate: Gate | None) -> None:
+        with self.store.write(self.sid, RUNNER) as tx:
+            record_verification(tx, stage, todo, run_id, result, verdict, gate=gate)
 
     def _result(self, ex: Executor, handle: JobHandle) -> StageResult | None:
         try:
@@ -306,6 +339,7 @@ class Supervisor:
                 return safe_line(ln, 240)
         return safe_line(lines[-1], 240) if lines else None
 
+    @retried
     def end(self, stage: Stage, todo: int, run_id: int, state: str, exit_code: int | None,
             reason: str | None, result: StageResult | None = None, *,
             gated: bool = False) -> Outcome:
@@ -325,6 +359,7 @@ class Supervisor:
         return Outcome(stage=stage.name, todo=todo, run=run_id, state=state,
                        completed=completed, reason=reason, gated=gated and completed)
 
+    @retried
     def finish_todo(self, todo: int, outcome: Outcome) -> None:
         """The todo follows its run's outcome, unless a person decided meanwhile."""
         with self.store.write(self.sid, RUNNER) as tx:
@@ -392,9 +427,13 @@ class Supervisor:
                     state, code, reason = st.state, st.exit_code, None
             except PipelineError as exc:
                 reason = f"cannot check: {exc}"
-        with self.store.write(self.sid, RUNNER) as tx:
-            tx.update_run(run.id, state=state, exit_code=code, reason=reason, ended_at=utcnow())
+        retry.run(lambda: self._ended(run.id, state, code, reason), what="the run's end")
         return Outcome(run.stage or "?", run.todo_id or 0, run.id, state, False, reason)
+
+
+    def _ended(self, run_id: int, state: str, code: int | None, reason: str | None) -> None:
+        with self.store.write(self.sid, RUNNER) as tx:
+            tx.update_run(run_id, state=state, exit_code=code, reason=reason, ended_at=utcnow())
 
 
 class _Stream:
@@ -406,6 +445,7 @@ class _Stream:
         self.chunks: list[Chunk] = []
         self.points: list[SeriesPoint] = []
         self.pending = 0  # characters buffered
+        self.away = False  # the last flush found the store unreachable
 
     def take(self, chunk: Chunk, *, final: bool = False) -> None:
         self.chunks.append(chunk)
@@ -415,8 +455,22 @@ class _Stream:
         for message in self.series.take_messages():
             self.sup.out(f"[{self.stage.name}] {message}")
 
-    def flush(self) -> None:
-        self.sup._flush_log(self.run_id, self.chunks, self.points)
+    def flush(self, *, wait: bool = True) -> None:
+        """Send what is buffered. ``wait=False`` (while the job runs): a store away for
+        now keeps it buffered for the next flush, said once on the terminal."""
+        try:
+            self.sup._flush_log(self.run_id, self.chunks, self.points, wait=wait)
+        except StoreUnreachable as exc:
+            if wait:
+                raise
+            if not self.away:
+                self.away = True
+                self.sup.out(f"[{self.stage.name}] store unreachable, the log waits for it "
+                             f"({exc.message.split(';')[0]})")
+            return
+        if self.away:
+            self.away = False
+            self.sup.out(f"[{self.stage.name}] store reachable again")
         self.chunks, self.points, self.pending = [], [], 0
 
     def drain(self, log: LogReader) -> None:

@@ -42,11 +42,14 @@ from state.db.dialect import (
     write_lock_sql,
 )
 from state.db.sqlite import connect_sqlite, read_only_reason
-from state.errors import ReadOnlyStore, StoreError, StoreUnavailable
+from state.errors import ReadOnlyStore, StoreError, StoreUnavailable, StoreUnreachable
 from state.interrupts import InterruptGate, keep_closed
 from state.location import display_url, is_sqlite, normalize_url, public_url, sqlite_path
+from state.retry import take_budget
 
 _POOL_IDLE = 4  # reader connections kept open per store
+# The unique index that holds each write's key once (migration 006_write_keys).
+WRITE_KEY_INDEX = "uq_events_op"
 
 
 class _Pooled:
@@ -90,6 +93,10 @@ class Connections:
     """One store's connections: the kept writer, readers, the write lock, its errors."""
 
     def __init__(self, url: str):
+        # The retry budget a server URL may carry (``?retry_s=``) is ours, not the driver's.
+        self.retry_s: float | None = None
+        if "://" in url and not url.startswith("sqlite"):
+            url, self.retry_s = take_budget(url)
         self.url = normalize_url(url)
         self.where = display_url(self.url)
         # Printed and used as a key in the user's config: never the password.
@@ -166,7 +173,8 @@ class Connections:
         except ModuleNotFoundError as exc:
             raise pg.missing_driver(exc.name, self.where) from None
         with self.errors():
-            return pg.connect(self._pg, lock_timeout_ms=busy_timeout_ms())
+            return pg.connect(self._pg, lock_timeout_ms=busy_timeout_ms(),
+                              retry_s=self.retry_s)
 
     def _checkin(self, conn: Any) -> None:
         if self._pg is not None:
@@ -244,11 +252,19 @@ class Connections:
                 raise
             raise self.translate(exc) from None
 
-    def translate(self, exc: BaseException) -> StoreError:
+    def translate(self, exc: BaseException, conn: Any = None) -> StoreError:
         orig = getattr(exc, "orig", None) or exc
         text = str(orig).strip()
         msg = text.splitlines()[0] if text else type(orig).__name__
         low = msg.lower()
+        if WRITE_KEY_INDEX in low or "events.op" in low:
+            # Our write's key is stored already: its commit landed after all (it lost the
+            # race with our look). The operation runs again and finds it.
+            return StoreUnreachable(f"cannot use the database ({msg})", where=self.where,
+                                    retry_s=self.retry_s)
+        if not self.sqlite and self._transient(exc, orig, conn):
+            return StoreUnreachable(f"cannot use the database ({msg})", where=self.where,
+                                    retry_s=self.retry_s)
         if "locked" in low or "busy" in low or "lock timeout" in low:
             return StoreUnavailable(
                 "database is locked by another process", where=self.where,
@@ -271,6 +287,15 @@ class Connections:
             return StoreUnavailable(f"cannot use the database ({msg})", where=self.where,
                                     hint=hint)
         return StoreError(f"database error ({msg})", where=self.where)
+
+    def _transient(self, exc: BaseException, orig: BaseException, conn: Any) -> bool:
+        from state.db import pg
+
+        sa_exc = sys.modules.get("sqlalchemy.exc")
+        if sa_exc is not None and isinstance(exc, sa_exc.DBAPIError) \
+                and exc.connection_invalidated:
+            return True
+        return pg.transient(orig, conn)
 
     # -- the write lock ------------------------------------------------------------------
     def refuse_if_read_only(self, what: str = "write to it") -> None:

@@ -24,7 +24,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.pool import StaticPool
 
 from state.db.dialect import WRITE_OPTION, busy_timeout_ms, write_lock_sql
-from state.db.pg import missing_driver
+from state.db.pg import CONNECT_TIMEOUT_S, KEEPALIVES, missing_driver, session_sql
 from state.errors import StoreUnavailable
 from state.location import display_url, is_sqlite, sqlite_path
 
@@ -39,7 +39,7 @@ def _on_sqlite_begin(conn: Any) -> None:
 def _on_pg_connect(dbapi_conn: Any, _record: Any) -> None:
     # Not in the conninfo: poolers such as pgbouncer refuse startup `options`.
     with dbapi_conn.cursor() as cur:
-        cur.execute(f"SET lock_timeout = {busy_timeout_ms()}")
+        cur.execute(session_sql(busy_timeout_ms()))
     dbapi_conn.commit()
 
 
@@ -57,10 +57,21 @@ def make_engine(url: str, *, creator: Callable[[], Any] | None = None) -> Engine
         engine = create_engine("sqlite://", creator=creator, **pool)
         event.listen(engine, "begin", _on_sqlite_begin)
         return engine
+    connect_args: dict[str, Any] = {"application_name": "todo-harness",
+                                    "connect_timeout": CONNECT_TIMEOUT_S}
+    if url.startswith("postgres"):
+        connect_args.update(KEEPALIVES)
+    rest = url.split("@")[-1]
+    hosts = rest.split("/")[0] + "".join(p for p in rest.partition("?")[2].split("&")
+                                         if p.startswith("host="))
+    if url.startswith("postgres") and "target_session_attrs" not in url and "," in hosts:
+        # Several hosts (a primary and its standbys): connect to the one that takes writes,
+        # so a failover is followed by the next connection.
+        connect_args["target_session_attrs"] = "read-write"
     try:
         engine = create_engine(
             url, pool_pre_ping=True, isolation_level="READ COMMITTED",
-            connect_args={"application_name": "todo-harness", "connect_timeout": 10})
+            connect_args=connect_args)
     except ModuleNotFoundError as exc:
         if url.startswith("postgres"):
             raise missing_driver(exc.name, display_url(url)) from None

@@ -72,8 +72,12 @@ SQL: dict[str, str] = {
     "delete_lease": "DELETE FROM leases WHERE session_id = ? AND num = ?",
     "load_todos": f"SELECT {', '.join(TODO_COLS)} FROM todos WHERE session_id = ?",
     "load_runs": f"SELECT {', '.join(RUN_COLS)} FROM runs WHERE session_id = ?",
-    "insert_event": "INSERT INTO events (seq, session_id, n, ts, actor, kind, todo_id, payload, ref)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "insert_event": "INSERT INTO events (seq, session_id, n, ts, actor, kind, todo_id, payload, ref,"
+                    " op) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    # A retried write's key, if a commit of it landed (state/retry.py), and what it wrote.
+    "write_landed": "SELECT session_id, n FROM events WHERE op = ?",
+    "events_from": f"SELECT {EVENT_COLS}, op FROM events WHERE session_id = ? AND n >= ? "
+                   "ORDER BY n",
     "insert_todo": f"INSERT INTO todos (session_id, {', '.join(TODO_COLS)}) VALUES "
                    f"(?, {', '.join('?' for _ in TODO_COLS)})",
     "update_todo": "UPDATE todos SET " + ", ".join(f"{c} = ?" for c in TODO_COLS[1:])

@@ -8,10 +8,11 @@ the rows become the fold's own dataclasses either way, and the ORM's import alon
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from state.db.connection import Connections, paramstyle_sql
 from state.db.dialect import clock_sql
@@ -38,7 +39,10 @@ from state.fold import (
     apply,
 )
 from state.leases import Lease, lease_from_row
+from state.retry import again
 from state.series import SERIES_COLS, SeriesPoint, point_from_row
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,14 @@ def _where(filters: Sequence[tuple[str, Any]]) -> tuple[str, list[Any]]:
     return " WHERE " + " AND ".join(f"{col} = ?" for col, _ in used), [v for _, v in used]
 
 
+def _repeatable(fn: F) -> F:
+    """A read is simply read again while the store is unreachable (state/retry.py)."""
+    @functools.wraps(fn)
+    def read(*args: Any, **kwargs: Any) -> Any:
+        return again(lambda: fn(*args, **kwargs))
+    return read  # type: ignore[return-value]
+
+
 class Readers:
     """The read side of :class:`state.store.Store` (which provides ``_conn``, ``dialect``
     and the prepared statements ``_q``)."""
@@ -78,11 +90,13 @@ class Readers:
             sql = sql.replace("{CLOCK}", clock_sql(self.dialect))
         return paramstyle_sql(sql, self.dialect)
 
+    @_repeatable
     def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         with self._conn.reader() as cur:
             cur.execute(self._sql(sql), tuple(args))
             return cur.fetchall()
 
+    @_repeatable
     def _first(self, sql: str, args: Sequence[Any] = ()) -> Any:
         with self._conn.reader() as cur:
             cur.execute(self._sql(sql), tuple(args))
@@ -101,6 +115,7 @@ class Readers:
         row = self._first(f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ?", (sid,))
         return SessionInfo(*row) if row else None
 
+    @_repeatable
     def session_counts(self) -> dict[int, dict[str, int]]:
         """Per session: todos per status, and the number of events."""
         out: dict[int, dict[str, int]] = {}
@@ -166,6 +181,7 @@ class Readers:
         """A DB-API cursor on a pooled connection (for :mod:`state.maintain.rebuild`)."""
         return self._conn.reader()
 
+    @_repeatable
     def state_at(self, session_id: int, n: int | None = None) -> SessionState:
         """The session as it was just after event ``n`` (default: now).
 
@@ -218,6 +234,7 @@ class Readers:
             raise NotFound(f"unknown run r{run_id}")
         return row[0], run_from_row(row[1:])
 
+    @_repeatable
     def log(self, run_id: int, offset: int = 0) -> tuple[str, int]:
         """The run's stored log from byte ``offset``: (text, offset to ask for next)."""
         with self._conn.reader() as cur:

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from state.db.connection import PG_CHANGE_CHANNEL
-from state.errors import StoreUnavailable
+from state.errors import StoreUnavailable, StoreUnreachable
 
 
 class Watch:
@@ -70,7 +70,8 @@ class Watch:
         except Exception as exc:
             self.close()
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StoreUnavailable(f"cannot watch the database ({first})") from None
+            kind = StoreUnreachable if self.dialect == "postgresql" else StoreUnavailable
+            raise kind(f"cannot watch the database ({first})") from None
 
     def _token(self) -> Any:
         if self.dialect == "postgresql":

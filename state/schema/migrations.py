@@ -72,6 +72,16 @@ def _claim_leases(conn: Connection) -> None:
     models.LeaseRow.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
 
 
+@migration("006_write_keys")
+def _write_keys(conn: Connection) -> None:
+    """Each write's client-made key on its first event, unique: a retry whose commit had
+    landed finds it and writes nothing twice (state/retry.py)."""
+    if "op" not in {c["name"] for c in inspect(conn).get_columns("events")}:
+        conn.execute(text("ALTER TABLE events ADD COLUMN op VARCHAR"))
+    if "uq_events_op" not in {i["name"] for i in inspect(conn).get_indexes("events")}:
+        conn.execute(text("CREATE UNIQUE INDEX uq_events_op ON events (op)"))
+
+
 # The light copy that opening a store checks against (state/schema/versions.py) must agree.
 assert tuple(name for name, _ in MIGRATIONS) == MIGRATION_NAMES, "update state/schema/versions.py"
 

@@ -51,6 +51,9 @@ class EventRow(SQLModel, table=True):
         # history, and seeks by event number (the unique constraint). Time seeks scan one
         # session's events, which are rare and bounded by the session.
         Index("ix_events_session_todo", "session_id", "todo_id"),
+        # A write's client-made key, on its first event: a retried write whose commit had
+        # landed cannot be stored twice (state/retry.py). Empty on every other event.
+        Index("uq_events_op", "op", unique=True),
     )
     seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     session_id: int = Field(foreign_key="sessions.id")
@@ -61,6 +64,7 @@ class EventRow(SQLModel, table=True):
     todo_id: int | None = None
     payload: str = Field(sa_column=Column(Text, nullable=False))
     ref: str | None = None
+    op: str | None = None
 
 
 class TodoRow(SQLModel, table=True):
