@@ -56,7 +56,7 @@ def _served_spec(work: Path, ports: dict[int, int], bench_site: str) -> Path:
             for old, new in ports.items():
                 run = run.replace(f":{old} ", f":{new} ")
             stage["run"] = run.replace("--concurrency 1,4,16,64", "--concurrency 1,4").replace(
-                "--min-seconds 3", "--min-seconds 0 --requests 4").replace(
+                "--min-seconds 2", "--min-seconds 0 --requests 4").replace(
                 "--warmup 4", f"--warmup 0 --vllm-pythonpath {bench_site}")
         out.append(stage)
     doc["stages"] = out
