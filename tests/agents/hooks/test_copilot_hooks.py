@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from harness import todos as uc
-from harness.agents import copilot
+from harness.agents.copilot import hooks as copilot
 from harness.context import Harness
 from tests.conftest import harness_subprocess
 
