@@ -246,5 +246,7 @@ def without_hooks(path: Path, agent: str, *, grouped: bool = True) -> InstallPla
     """The plan that removes our hooks from the settings file ``path``."""
     before, doc = read_json(path)
     removed = remove_hooks(doc, agent, where=str(path), grouped=grouped)
-    return InstallPlan(path=path, before=before, after=dumped(doc, before, bool(removed)),
-                       events=removed, action="removed the harness hooks")
+    # A file that held nothing but our hooks (install made it) goes with them.
+    after = None if removed and not doc else dumped(doc, before, bool(removed))
+    return InstallPlan(path=path, before=before, after=after, events=removed,
+                       action="removed the harness hooks")

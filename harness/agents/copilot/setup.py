@@ -56,10 +56,9 @@ def install(*, scope: str, cwd: Path, command: str | None, dry_run: bool) -> Ins
 def uninstall(*, scope: str, cwd: Path) -> Installed:
     path = settings_path(scope, cwd)
     plan = ins.without_hooks(path, AGENT, grouped=False)
-    if scope == "project" and plan.events and plan.after is not None:
-        rest = ins.read_json_text(plan.after, str(path))
-        if set(rest) <= {"version"}:
-            plan.after = None  # the file was ours alone: it goes
+    if scope == "project" and plan.events and plan.after is not None \
+            and set(ins.read_json_text(plan.after, str(path))) <= {"version"}:
+        plan.after = None  # the file install made, with nothing left in it: it goes
     return Installed(plans=[plan])
 
 

@@ -9,15 +9,14 @@ real pi (loaded by pi's own jiti, calling the harness through ``pi.exec``)."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from state.store import Store
-from tests.agents.real import npm
-from tests.agents.real.conftest import HARNESS_CMD, SESSION, harness, hook_log, todos
+from tests.agents.real.conftest import SESSION, harness, hook_log, todos
 from tests.agents.real.model_server import Call, ModelServer, Reply, Request
+from tests.agents.real.pi_run import PiProject
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.slow]
 
@@ -39,26 +38,15 @@ def summarising(req: Request) -> bool:
     return bool(msgs) and "context summarization" in str(msgs[0].get("content"))
 
 
-def run_pi(exe: Path, project: Path, env: dict[str, str],
-           *args: str) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run([str(exe), *args, "--provider", "scripted", "--model", "scripted"],
-                       cwd=project, env=env, capture_output=True, text=True, timeout=180,
-                       stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    assert "Extension error" not in r.stderr, r.stderr
-    return r
-
-
-def test_plan_a_persons_change_a_compaction_and_a_resume(project: Path,
+def test_plan_a_persons_change_a_compaction_and_a_resume(tmp_path: Path, project: Path,
                                                          agent_env: dict[str, str]) -> None:
-    exe = npm.program("pi")
-    env = {**agent_env, "PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0"}
-    command = f"{HARNESS_CMD} hook pi"
-    first = harness(env, "hook", "pi", "install", "--command", command, cwd=project)
-    extension = project / ".pi" / "extensions" / "todo-harness.ts"
+    pi = PiProject(tmp_path, agent_env)
+    env = pi.env
+    first = pi.install()
+    extension = pi.extension
     written = extension.read_text()
     assert "wrote the harness's extension" in first.stdout
-    again = harness(env, "hook", "pi", "install", "--command", command, cwd=project)
+    again = pi.install()
     assert "already up to date" in again.stdout and extension.read_text() == written
 
     turns: list[Request] = []  # the agent's own requests (not the compaction's)
@@ -86,15 +74,10 @@ def test_plan_a_persons_change_a_compaction_and_a_resume(project: Path,
         return Reply(text="done.")
 
     with ModelServer(script, max_requests=12) as srv:
-        models = Path(env["HOME"]) / ".pi" / "agent" / "models.json"
-        models.parent.mkdir(parents=True)
-        models.write_text(json.dumps({"providers": {"scripted": {
-            "baseUrl": srv.url, "api": "openai-completions", "apiKey": "dummy",
-            "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-            "models": [{"id": "scripted", "contextWindow": 32_000, "maxTokens": 2000}]}}}))
-        run_pi(exe, project, env, "-p", "make a plan and start")
+        pi.serve(srv)
+        pi.run("-p", "make a plan and start")
         assert summaries == [4], summaries
-        run_pi(exe, project, env, "-c", "-p", "go on")
+        pi.run("-c", "-p", "go on")
         assert len(srv.requests) < srv.max_requests
 
     # Offered to the model, as the extension registers it.
@@ -133,7 +116,7 @@ def test_plan_a_persons_change_a_compaction_and_a_resume(project: Path,
         == {"call_2", "call_6", "call_10"}  # each write carries its tool call's id
 
     # pi's session file, imported into a session of its own: the same list.
-    sessions = list((Path(env["HOME"]) / ".pi" / "agent" / "sessions").rglob("*.jsonl"))
+    sessions = pi.sessions()
     assert len(sessions) == 1
     out = harness(env, "import", str(sessions[0]), "--session", "imported", "--json")
     report = json.loads(out.stdout)[0]
@@ -145,6 +128,6 @@ def test_plan_a_persons_change_a_compaction_and_a_resume(project: Path,
                      "priority": t.priority} for t in s.todos(row.id)]
     assert imported == final
 
-    gone = harness(env, "hook", "pi", "uninstall", cwd=project)
+    gone = pi.harness("hook", "pi", "uninstall")
     assert "removed the harness's extension" in gone.stdout
     assert not extension.exists() and extension.parent.is_dir()
