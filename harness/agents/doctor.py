@@ -76,10 +76,12 @@ def diagnose(project: Path, agents: list[str] | None = None) -> list[Finding]:
         a = agent(name)
         found = os.environ.get(a.program_env) or shutil.which(a.program)
         if not found:
-            out.append(Finding(name, how=f"no {a.program} on PATH, nor in ${a.program_env}"))
-            continue
-        program = Path(found)
-        out.append(a.doctor(project, program, version_of(program)))
+            f = Finding(name, how=f"no {a.program} on PATH, nor in ${a.program_env}")
+        else:
+            program = Path(found)
+            f = a.doctor(project, program, version_of(program))
+        f.tools, f.notices = list(a.todo_tools), a.notices
+        out.append(f)
     return out
 
 

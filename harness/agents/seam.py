@@ -89,6 +89,8 @@ class Finding:
     seen: bool = False  # the harness gets what it writes
     seen_how: str = ""
     todo: list[str] = field(default_factory=list)  # what to set, in order
+    tools: list[str] = field(default_factory=list)  # the todo tools its model has (by name)
+    notices: str = ""  # where a notice of others' changes reaches its model
 
     @property
     def found(self) -> bool:

@@ -19,7 +19,7 @@ def test_each_agent_is_one_folder_and_one_row() -> None:
         assert (module.split(".")[2], attr) in {(f, "AGENT") for f in folders}, target
         a = agent(name)
         assert a.name == name and a.actor == f"agent:{name}" and a.title and a.program
-        assert a.prime_note and a.hook_help and a.formats
+        assert a.prime_note and a.hook_help and a.formats and a.todo_tools and a.notices
     formats = [f for a in agents() for f in a.formats]
     assert len(formats) == len(set(formats))
     assert all(by_format(f) is not None and f in by_format(f).formats for f in formats)

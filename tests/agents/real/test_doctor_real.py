@@ -66,6 +66,7 @@ def test_doctor_before_and_after_the_installers(setup: tuple[Path, dict[str, str
     assert pi["version"] == npm.versions("pi")[0] and not pi["writes"] and not pi["seen"]
     assert pi["todo"] == ["run `harness hook pi install` here (writes the extension: a "
                           "todowrite tool backed by the harness)"]
+    assert pi["tools"] == ["todowrite"] and "next tool's result" in pi["notices"]
 
     cmd = ["--command", f"{HARNESS_CMD} hook claude-code"]
     assert harness_subprocess(["hook", "claude-code", "install", *cmd], cwd=project,
