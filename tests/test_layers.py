@@ -55,6 +55,28 @@ def test_import_linter_contracts() -> None:
     assert "0 broken" in r.stdout
 
 
+@pytest.mark.skipif(shutil.which("lint-imports") is None and
+                    not (ROOT / ".venv/bin/lint-imports").exists(),
+                    reason="import-linter not installed")
+@pytest.mark.parametrize("planted", ["from harness.agents.pi import hooks",
+                                     "import harness.agents.claude.task_files"])
+def test_the_cli_contract_fails_on_a_planted_import(tmp_path, planted: str) -> None:
+    """The CLI reaches an agent only through the registry: a CLI module that imports a
+    module of an agent's folder breaks the contract (a copy of the tree, one line added)."""
+    exe = shutil.which("lint-imports") or str(ROOT / ".venv/bin/lint-imports")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "runs")
+    for package in ("harness", "pipeline", "state", "tui"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    hot = tmp_path / "harness" / "cli" / "hot.py"
+    hot.write_text(hot.read_text() + f"\n{planted}  # noqa\n")
+    r = subprocess.run([exe, "--no-cache"], capture_output=True, text=True, cwd=tmp_path,
+                       env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 1, r.stdout
+    assert "the CLI reaches an agent only through the registry" in r.stdout
+    assert "harness.cli.hot is not allowed to import harness.agents." in r.stdout
+
+
 
 # A name that holds a write transaction (state.tx.Tx): tx, new_tx, txn.
 _TX_NAME = re.compile(r"(\w+_)?txn?")

@@ -26,6 +26,7 @@ and argument checking gives our own one-line messages.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -40,12 +41,15 @@ from mcp.shared.exceptions import MCPError
 from harness import __version__
 from harness.agents.leases import renew
 from harness.agents.logfile import log
-from harness.agents.notice import seen_now, take
+from harness.agents.notice import Labeler, seen_now, take
 from harness.agents.todolist import prompt_block, todo_json
 from harness.agents.tools import TOOLS, Answer, ToolEnv, ToolSpec
 from harness.context import Harness
 from harness.errors import KNOWN_ERRORS, InputError, render
 from state import retry
+
+# An agent's way of naming items (harness.agents.seam.Agent.labels), for an actor.
+Labels = Callable[[Harness, str], "Labeler | None"]
 
 SERVER_NAME = "todo-harness"
 DEFAULT_AGENT = "mcp"
@@ -85,9 +89,11 @@ class HarnessMCP:
     """One server: a Harness (store and session), the tools, and the resources."""
 
     def __init__(self, harness: Harness, *, actor: str | None = None,
-                 tools: dict[str, ToolSpec] | None = None, instructions: str = INSTRUCTIONS):
+                 tools: dict[str, ToolSpec] | None = None, instructions: str = INSTRUCTIONS,
+                 labels: Labels | None = None):
         self.harness = harness
         self.actor_override = actor
+        self.labels = labels  # how the agent beside whose hooks we serve names an item
         self.tools = tools if tools is not None else dict(TOOLS)
         self._limiter: anyio.CapacityLimiter | None = None
         self.server: Server[Any] = Server(
@@ -163,7 +169,8 @@ class HarnessMCP:
         if spec.name in SHOWS_LIST:
             seen_now(store, sess.id, env.actor)  # its notes, or the list itself, told it
             return answer
-        notice = take(store, sess.id, env.actor)
+        label = self.labels(self.harness, env.actor) if self.labels is not None else None
+        notice = take(store, sess.id, env.actor, label=label)
         if notice is None:
             return answer
         # In the text and the structured data both: Claude Code shows the model the
@@ -219,7 +226,10 @@ class HarnessMCP:
 
 
 def serve(harness: Harness, *, actor: str | None = None,
-          tools: dict[str, ToolSpec] | None = None, instructions: str = INSTRUCTIONS) -> None:
-    """Serve on stdin/stdout until the client closes the connection."""
-    anyio.run(HarnessMCP(harness, actor=actor, tools=tools,
-                         instructions=instructions).serve_stdio)
+          tools: dict[str, ToolSpec] | None = None, instructions: str = INSTRUCTIONS,
+          labels: Labels | None = None) -> None:
+    """Serve on stdin/stdout until the client closes the connection. ``labels``: how the
+    agent this server sits beside names an item in a notice
+    (:meth:`harness.agents.seam.Agent.labels`; ``harness mcp --agent NAME``)."""
+    anyio.run(HarnessMCP(harness, actor=actor, tools=tools, instructions=instructions,
+                         labels=labels).serve_stdio)

@@ -38,16 +38,6 @@ restarts, and people and other agents share it. Use the `harness` CLI:
 - `harness next --claim --actor NAME`: take the next ready item when several agents work
   on this list (atomic: nobody else gets it)."""
 
-AGENT_NOTES = {
-    "claude-code": "With Claude Code's hooks installed (`harness hook claude-code "
-                   "install`), your TodoWrite and Task calls are copied in for you.",
-    "codex": "With the Codex hooks installed (`harness hook codex install`), your "
-             "update_plan calls are copied in and the plan comes back after compaction.",
-    "opencode": "With the opencode plugin (examples/opencode-plugin/), your todowrite "
-                "calls are copied in and the list is kept through compaction.",
-}
-
-
 def list_block(todos: list[TodoState], session_name: str, budget: int = LIST_CHARS) -> str:
     by_num = {t.num: t for t in todos}
     done = sum(t.status == "completed" for t in todos)
@@ -73,9 +63,13 @@ def list_block(todos: list[TodoState], session_name: str, budget: int = LIST_CHA
 
 
 def prime_text(harness: Any, *, agent: str = "any", with_list: bool = True) -> str:
+    from harness.agents.registry import agent as agent_named
+    from harness.agents.registry import names
+
     parts = [INSTRUCTIONS]
-    if agent in AGENT_NOTES:
-        parts.append(AGENT_NOTES[agent])
+    note = agent_named(agent).prime_note if agent in names() else None
+    if note:
+        parts.append(note)
     if with_list:
         sess = harness.session()
         todos = harness.store.todos(sess.id)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from harness.agents.registry import names
 from harness.cli import hot
 from harness.cli.common import common_options, harness, json_option
 
@@ -129,7 +130,7 @@ def sweep_cmd(all_sessions: bool, as_json: bool) -> None:
 
 
 @click.command("prime")
-@click.option("--agent", type=click.Choice(["any", "claude-code", "codex", "opencode"]),
+@click.option("--agent", type=click.Choice(["any", *names()]),
               default="any", show_default=True,
               help="Word the instructions for this agent's tools.")
 @click.option("--no-list", is_flag=True, help="Only the instructions, not the current list.")

@@ -42,9 +42,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "depend": ("todo_cmds", "depend",
         "Set what todo ID waits for (no DEP clears it). Cycles are refused."),
     "doctor": ("agent_io_cmds", "doctor",
-        "For each agent program found here (Claude Code, Codex, opencode, Gemini CLI, GitHub "
-        "Copilot CLI): whether its model can write todos, whether the harness sees them, and "
-        "what to set if not."),
+        "For each agent program the harness knows, found here: whether its model can write "
+        "todos, whether the harness sees them, and what to set if not."),
     "done": ("todo_cmds", "done",
         "Mark todo ID completed."),
     "edit": ("todo_cmds", "edit",

@@ -1,7 +1,7 @@
 """The commands an agent runs on every todo change, without click.
 
-``harness todowrite``, ``todoread``, ``next``, ``heartbeat`` and ``hook
-claude-code|opencode|codex|gemini-cli`` are fresh processes each time, and a Claude Code
+``harness todowrite``, ``todoread``, ``next``, ``heartbeat`` and ``hook AGENT`` (each
+agent of :mod:`harness.agents.registry`) are fresh processes each time, and a Claude Code
 hook runs on every todo call: importing click, the rest of the CLI and SQLAlchemy cost
 them most of their time (docs/PERFORMANCE.md, "Agent calls"). Here their command lines are read by hand, with the
 global ``--db``/``--session`` anywhere, as click reads them. A line with anything else
@@ -33,13 +33,6 @@ COMMANDS: dict[tuple[str, ...], dict[str, Any]] = {
     ("todoread",): {"--format": TODOREAD_FORMATS},
     ("next",): {"--claim": FLAG, "--actor": None, "--json": FLAG, "--lease": None},
     ("heartbeat",): {"--actor": None, "--json": FLAG},
-    ("hook", "claude-code"): {"--actor": None},
-    ("hook", "opencode"): {"--actor": None},
-    ("hook", "codex"): {"--actor": None},
-    ("hook", "gemini-cli"): {"--actor": None},
-    ("hook", "copilot"): {"--actor": None, "--event": ("sessionStart", "userPromptSubmitted",
-                                                      "postToolUse", "preCompact",
-                                                      "sessionEnd")},
 }
 GLOBAL = {"--db": "db", "--session": "session", "-s": "session"}
 
@@ -47,6 +40,32 @@ _open: list[Any] = []  # the Harness this invocation opened, closed by close()
 # What this process read on stdin: a command that runs again (the store went away, see
 # harness.cli.main) reads the same payload again.
 _stdin: list[str] = []
+
+
+def hook_spec(name: str) -> dict[str, Any] | None:
+    """The options of ``hook NAME``, from the agent's registry row (None: no such agent):
+    ``--actor``, and ``--event``/``--payload`` where its payloads need them."""
+    from harness.agents.registry import AGENTS, agent
+
+    if name not in AGENTS:
+        return None
+    a = agent(name)
+    spec: dict[str, Any] = {"--actor": None}
+    if a.hook_events:
+        spec["--event"] = a.hook_events
+    if a.hook_payload_arg:
+        spec["--payload"] = None
+    return spec
+
+
+def _spec(words: tuple[str, ...]) -> dict[str, Any] | None:
+    if len(words) == 2 and words[0] == "hook":
+        return hook_spec(words[1])
+    return COMMANDS.get(words)
+
+
+def _known_prefix(words: tuple[str, ...]) -> bool:
+    return words == ("hook",) or any(c[: len(words)] == words for c in COMMANDS)
 
 
 def parse(args: list[str]) -> tuple[tuple[str, ...], dict[str, Any]] | None:
@@ -80,8 +99,8 @@ def parse(args: list[str]) -> tuple[tuple[str, ...], dict[str, Any]] | None:
         if spec is not None:
             return None  # a positional argument after the command: not one of ours
         words.append(tok)
-        spec = COMMANDS.get(tuple(words))
-        if spec is None and not any(c[: len(words)] == tuple(words) for c in COMMANDS):
+        spec = _spec(tuple(words))
+        if spec is None and not _known_prefix(tuple(words)):
             return None
     if spec is None:
         return None
@@ -101,7 +120,7 @@ def run(args: list[str]) -> int | None:
     db, session = opts.pop("db", None), opts.pop("session", None)
     if words[0] == "hook":
         return hook(words[1], db=db, session=session, actor=opts.get("--actor"),
-                    event=opts.get("--event"))
+                    event=opts.get("--event"), payload=opts.get("--payload"))
     h = _harness(db, session)
     if words == ("todowrite",):
         todowrite(h, fmt=opts.get("--format", "auto"), actor=opts.get("--actor"),
@@ -248,9 +267,11 @@ def heartbeat(h: Any, *, actor: str | None, as_json: bool) -> int:
 
 
 def hook(agent: str, *, db: str | None, session: str | None, actor: str | None,
-         event: str | None = None) -> int:
-    """``harness hook AGENT``: the agent's hook payload on stdin. Never fails the agent:
-    any error is logged to ``<data dir>/logs/hooks.log`` and the hook exits 0."""
+         event: str | None = None, payload: str | None = None) -> int:
+    """``harness hook AGENT``: the agent's hook payload on stdin (or as ``payload``),
+    handed to the agent's registry row (:meth:`harness.agents.seam.Agent.hook`). Never
+    fails the agent: any error is logged to ``<data dir>/logs/hooks.log`` and the hook
+    exits 0."""
 
     def body() -> str | None:
         # The store may be away (a restart, a cut network): within the agent's time limit
@@ -259,7 +280,7 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None,
         from harness.agents import spool
         from harness.agents.logfile import log
 
-        text = read_text(None, f"{agent} hook payload")
+        text = payload if payload is not None else read_text(None, f"{agent} hook payload")
         call = spool.new_call(agent, text, db=db, session=session, actor=actor, event=event)
         return spool.deliver(call, hook_call, lambda line: log("hooks", line), note)
 
@@ -277,51 +298,25 @@ def hook(agent: str, *, db: str | None, session: str | None, actor: str | None,
 
 def hook_call(call: dict[str, Any]) -> str | None:
     """One hook call (as :func:`harness.agents.spool.new_call` keeps it) against the
-    store: the agent's answer."""
+    store, through the agent's registry row: the agent's answer."""
+    from harness.agents.registry import agent as agent_named
+
     agent, args = call["agent"], call["args"]
     db, session, event = args.get("db"), args.get("session"), args.get("event")
     name = args.get("actor") or agent
     name = name if name.startswith("agent:") else f"agent:{name}"
+    plugin = agent_named(agent)
+    data = parse_payload(call["payload"], f"{agent} hook payload",
+                         empty="empty hook payload")
+
+    def open_harness() -> Any:
+        # The project's store is found from the project directory, wherever the agent
+        # runs the hook from.
+        return _harness(db, plugin.session_for(data, session), announce=False,
+                        cwd=plugin.project_dir(data))
+
     try:
-        payload = parse_payload(call["payload"], f"{agent} hook payload",
-                                empty="empty hook payload")
-        if agent == "gemini-cli" and isinstance(payload, dict) \
-                and payload.get("hook_event_name") == "PreCompress":
-            # Before every request to the model: mostly nothing to do, and that is
-            # decided from the transcript alone, without the store.
-            from harness.agents.gemini.compress import compression_due
-
-            if payload.get("trigger") != "manual" and not compression_due(payload):
-                return None
-        if agent in ("claude-code", "codex", "gemini-cli", "copilot"):
-            # The project's store is found from the project directory, wherever the agent
-            # runs the hook from.
-            from harness.agents.claude.hooks import project_dir
-
-            where = project_dir(payload) if isinstance(payload, dict) else None
-        if agent == "claude-code":
-            from harness.agents.claude.hooks import handle, session_for
-
-            return handle(payload, _harness(db, session_for(payload, session),
-                                            announce=False, cwd=where), actor=name)
-        if agent in ("codex", "gemini-cli", "copilot"):
-            # None has a task list shared between sessions, as Claude Code has.
-            from harness.agents.codex.hooks import session_for as codex_session
-
-            h = _harness(db, codex_session(payload, session), announce=False, cwd=where)
-            if agent == "copilot":
-                from harness.agents.copilot import handle as handle_copilot
-
-                # Its payload does not name the event: the installed command does.
-                return handle_copilot(payload, h, event=event or "", actor=name)
-            if agent == "codex":
-                from harness.agents.codex.hooks import handle as handle_agent
-            else:
-                from harness.agents.gemini.hooks import handle as handle_agent
-            return handle_agent(payload, h, actor=name)
-        from harness.agents.opencode import handle as handle_opencode
-
-        return handle_opencode(payload, _harness(db, session, announce=False), actor=name)
+        return plugin.hook(data, open_harness, actor=name, event=event)
     finally:
         close()  # each attempt opens the store afresh
 

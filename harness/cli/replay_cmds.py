@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import tempfile
+import textwrap
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,16 +14,14 @@ from typing import Any
 import click
 
 from harness import replay as rp
+from harness.agents.registry import agents
 from harness.agents.todolist import todo_json
 from harness.cli.common import common_options, emit_json, harness, json_option
 from harness.cli.todo_cmds import BADGE, GLYPH, print_board
 from harness.errors import KNOWN_ERRORS, NoSession, UsageError, exit_code, render
 from harness.export import FORMATS as EXPORT_FORMATS
 from harness.export import export_lines
-from harness.importers import FORMATS as IMPORT_FORMATS
-from harness.importers import ImportReport, import_file
-from harness.importers.claude_tasks import follow as follow_tasks
-from harness.importers.claude_tasks import is_task_list, sync_task_list
+from harness.importers import ImportReport, directory_agent, formats, import_path
 from harness.paths import set_current_session
 from harness.render import safe_line
 from state.fold import SessionState, TodoState, board_key
@@ -286,43 +285,19 @@ def _print_report(r: ImportReport) -> None:
 @click.command("import")
 @click.argument("files", nargs=-1, required=True,
                 type=click.Path(dir_okay=True, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["auto", *IMPORT_FORMATS]), default="auto",
+@click.option("--format", "fmt", type=click.Choice(["auto", *formats()]), default="auto",
               show_default=True, help="The transcript's format; auto reads it from the content.")
 @click.option("--strict", is_flag=True,
               help="Import nothing from a file with any malformed line or invalid todo call.")
 @click.option("--follow", is_flag=True,
-              help="A Claude Code task list directory: keep it in sync as it changes, "
-                   "until Ctrl-C.")
+              help="A folder an agent keeps its list in (a Claude Code task list): keep it "
+                   "in sync as it changes, until Ctrl-C.")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
               help="With --follow: seconds between looks at the directory.")
 @common_options
 @json_option
 def import_(files: tuple[Path, ...], fmt: str, strict: bool, follow: bool, interval: float,
             as_json: bool) -> None:
-    """Import agent transcripts: each todo call becomes the events a live todowrite would
-    have made, at its original time, with the tool-call id in `ref`.
-
-    \b
-    claude-code      Claude Code session JSONL (TodoWrite v1/v2, TaskCreate/TaskUpdate/TaskList)
-    claude-stream    claude -p --output-format stream-json (also pretty-printed)
-    opencode-export  opencode's markdown export (todowrite)
-    opencode-json    opencode export JSON, storage part files, run --format json events
-    claude-action    a GitHub Actions log of anthropics/claude-code-action
-    codex            Codex CLI rollout JSONL (update_plan)
-    gemini-chat      a Gemini CLI saved chat, ~/.gemini/tmp/PROJECT/chats/session-*.jsonl
-                     (or an older session-*.json): write_todos, the task tracker's calls
-    gemini-checkpoint  a Gemini CLI checkpoint (/chat save: checkpoint-TAG.json; or
-                     checkpoints/*.json)
-    harness          a `harness export` file (read back event for event)
-    DIRECTORY        a Claude Code task list, ~/.claude/tasks/LIST/ (one JSON file a task;
-                     blockedBy/blocks become dependencies; --follow keeps it in sync)
-
-    Into --session NAME (created if needed), else a session named after the agent's own
-    session id. Importing the same file again adds nothing. Lines that are not todo calls
-    are skipped quietly; malformed ones are reported with their line number and skipped
-    (or, with --strict, nothing from that file is imported). Each file is one
-    transaction: if it fails, the store is as it was.
-    """
     h = harness()
     session = click.get_current_context().find_root().meta.get("harness.session")
     if follow:
@@ -342,11 +317,8 @@ def import_(files: tuple[Path, ...], fmt: str, strict: bool, follow: bool, inter
                            f"{total >> 20} MiB", err=True, nl=False)
     for path in files:
         try:
-            if path.is_dir() and is_task_list(path):
-                r = sync_task_list(h.store, path, session=session)
-            else:
-                r = import_file(h.store, path, fmt=fmt, session=session, strict=strict,
-                                warn=warn, progress=progress)
+            r = import_path(h.store, path, session=session, fmt=fmt, strict=strict,
+                            warn=warn, progress=progress)
         except KNOWN_ERRORS as exc:
             click.echo(render(exc), err=True)
             failed = failed or exc
@@ -362,14 +334,40 @@ def import_(files: tuple[Path, ...], fmt: str, strict: bool, follow: bool, inter
         raise click.exceptions.Exit(exit_code(failed))
 
 
+def _import_help() -> str:
+    """`harness import --help`: every agent's formats, from the registry."""
+    rows = [(fmt, text) for a in agents() for fmt, text in a.formats.items()]
+    rows.append(("harness", "a `harness export` file (read back event for event)"))
+    rows += [("DIRECTORY", a.directory_help) for a in agents() if a.directory_help]
+    lines = []
+    for name, text in rows:
+        wrapped = textwrap.wrap(text, 62) or [""]
+        head = f"{name:<16} " if len(name) < 17 else f"{name} "
+        lines.append(head + wrapped[0])
+        lines += [" " * 17 + w for w in wrapped[1:]]
+    return ("Import agent transcripts: each todo call becomes the events a live todowrite "
+            "would\nhave made, at its original time, with the tool-call id in `ref`.\n\n\b\n"
+            + "\n".join(lines) + "\n\n"
+            "Into --session NAME (created if needed), else a session named after the "
+            "agent's own\nsession id. Importing the same file again adds nothing. Lines "
+            "that are not todo calls\nare skipped quietly; malformed ones are reported "
+            "with their line number and skipped\n(or, with --strict, nothing from that "
+            "file is imported). Each file is one\ntransaction: if it fails, the store is "
+            "as it was.")
+
+
+import_.help = _import_help()
+
+
 def _follow_tasks(h: Any, files: tuple[Path, ...], session: str | None, interval: float,
                   as_json: bool) -> None:
+    kinds = " or ".join(a.directory_help or "" for a in agents() if a.directory_help)
     if len(files) != 1 or not files[0].is_dir():
-        raise UsageError("--follow takes one Claude Code task list directory "
-                         "(~/.claude/tasks/LIST/)")
+        raise UsageError(f"--follow takes one directory: {kinds}")
     directory = files[0]
-    if not is_task_list(directory):
-        raise UsageError("not a Claude Code task list (no task .json files, no .lock)",
+    owner = directory_agent(directory)
+    if owner is None:
+        raise UsageError(f"not a directory `harness import` follows (expected {kinds})",
                          where=str(directory))
 
     def echo(r: ImportReport) -> None:
@@ -379,7 +377,7 @@ def _follow_tasks(h: Any, files: tuple[Path, ...], session: str | None, interval
             _print_report(r)
 
     click.echo(f"following {directory} (every {interval:g}s; Ctrl-C to stop)", err=True)
-    follow_tasks(h.store, directory, session=session, interval=interval, echo=echo)
+    owner.follow_directory(h.store, directory, session=session, interval=interval, echo=echo)
 
 
 @click.command()

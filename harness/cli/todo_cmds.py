@@ -144,16 +144,15 @@ def show(todo_id: str, as_json: bool) -> None:
     events = h.store.events(sid, todo_id=num)
     runs = h.store.runs(sid, todo_id=num)
     verifications = h.store.verifications(sid, todo_id=num)
-    from harness.agents.claude.task_files import task_of
+    from harness.agents.registry import agents
 
-    link = task_of(h.store, sid, num)
+    links = [link for a in agents() for link in a.links(h.store, sid, num)]
     if as_json:
         from harness.agents.todolist import todo_json  # the agent's JSON shape of a todo
 
         data = todo_json(t, by_num, leases)
-        if link is not None:
-            data["claude_task"] = {"list": link.list_id, "task": link.task_id,
-                                   "file": str(link.path), "dropped": link.dropped}
+        for link in links:
+            data[link.key] = link.data
         data["history"] = [{**e.to_json(), "description": describe(e)} for e in events]
         data["notes"] = [{"ts": e.ts, "actor": e.actor, "text": e.payload.get("text", "")}
                          for e in events if e.kind == "todo.noted"]
@@ -181,10 +180,8 @@ def show(todo_id: str, as_json: bool) -> None:
         click.echo(f"blocked: {safe_text(t.blocked_reason or '')}")
     if t.claimed_by is not None:
         click.echo(claim_text(t, leases.get(t.num), now))
-    if link is not None:
-        click.echo(f"claude code: task {safe_line(link.task_id)} of list "
-                   f"{safe_line(link.list_id)}"
-                   + (" (Claude Code dropped its file; kept here)" if link.dropped else ""))
+    for link in links:
+        click.echo(link.text)
     notes = [e for e in events if e.kind == "todo.noted"]
     if notes:
         click.echo("notes:")

@@ -6,12 +6,12 @@ fails (an unreadable file, a store error, or any malformed line under ``--strict
 leaves the store exactly as it was, and a session it would have created does not exist.
 Files are independent: ``harness import a b`` commits ``a`` even if ``b`` then fails.
 
-**The same events as live.** Each call goes through :func:`harness.agents.todolist.apply_write`,
-the merge a live ``todowrite`` uses (a Gemini CLI tracker call through the tracker's own
-:func:`harness.agents.gemini.tracker.apply`, as its hook does), as the live hooks' actor
-(``agent:claude-code``, ``agent:opencode``, ``agent:codex``, ``agent:gemini-cli``) with the
-call's original time
-and its tool-call id in ``ref``. The agent never read our answer, so its next write is
+**The same events as live.** Each format is an agent's (:mod:`harness.agents.registry`:
+the agent names its formats and reads its transcripts, :meth:`harness.agents.seam.Agent.transcript`).
+Each call goes through :func:`harness.agents.todolist.apply_write`, the merge a live
+``todowrite`` uses (a call that changes one item, as Gemini CLI's tracker, through the
+change its hook makes), as the live hooks' actor (``agent:claude-code``, ``agent:pi``, ...)
+with the call's original time and its tool-call id in ``ref``. The agent never read our answer, so its next write is
 compared with what it sent (``sees_response=False``), as for hooks.
 
 **Idempotent.** Each call's source key (format and tool-call id) is recorded in the
@@ -33,26 +33,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from harness.agents.claude.hooks import ACTOR as CLAUDE_ACTOR
-from harness.agents.codex.watch import ACTOR as CODEX_ACTOR
-from harness.agents.gemini.hooks import ACTOR as GEMINI_ACTOR
+from harness.agents.registry import by_format
+from harness.agents.seam import Agent
 from harness.agents.todolist import apply_write
-from harness.errors import InputError
-from harness.importers import harness_jsonl
-from harness.importers.base import (
+from harness.agents.transcripts import (
     HEAD_BYTES,
     Call,
     ImportReport,
     Skipped,
     check_text,
 )
-from harness.importers.claude import ClaudeParser
-from harness.importers.claude_action import ClaudeActionParser
-from harness.importers.codex import CodexParser
-from harness.importers.detect import FORMATS, detect
-from harness.importers.gemini import GeminiChatParser, GeminiCheckpointParser
-from harness.importers.opencode_json import OpencodeJsonParser
-from harness.importers.opencode_md import OpencodeMarkdownParser
+from harness.errors import InputError
+from harness.importers import harness_jsonl
+from harness.importers.detect import detect, formats
 from state.store import Store, Tx
 
 IMPORT_ACTOR = "import"
@@ -61,37 +54,17 @@ FLUSH_EVERY = 500  # calls between flushes of one file's transaction
 Warn = Callable[[str], None]
 Progress = Callable[[int, int], None]
 
-_PREFIX = {"claude-code": "claude", "claude-stream": "claude", "claude-action": "claude",
-           "opencode-export": "opencode",
-           "opencode-json": "opencode", "codex": "codex", "gemini-chat": "gemini",
-           "gemini-checkpoint": "gemini"}
-# The actors the live hooks use, so an imported session and a live one are one agent.
-_AGENT = {"claude-code": CLAUDE_ACTOR, "claude-stream": CLAUDE_ACTOR, "claude-action": CLAUDE_ACTOR,
-          "opencode-export": "agent:opencode", "opencode-json": "agent:opencode",
-          "codex": CODEX_ACTOR, "gemini-chat": GEMINI_ACTOR, "gemini-checkpoint": GEMINI_ACTOR}
-
-
-def _parser(fmt: str, fh: IO[bytes], where: str, fallback_ts: str) -> Any:
-    if fmt == "claude-action":
-        return ClaudeActionParser(fh, where, fallback_ts=fallback_ts)
-    if fmt in ("claude-code", "claude-stream"):
-        return ClaudeParser(fh, where, stream=fmt == "claude-stream", fallback_ts=fallback_ts)
-    if fmt == "opencode-export":
-        return OpencodeMarkdownParser(fh, where, fallback_ts=fallback_ts)
-    if fmt == "opencode-json":
-        return OpencodeJsonParser(fh, where, fallback_ts=fallback_ts)
-    if fmt == "codex":
-        return CodexParser(fh, where, fallback_ts=fallback_ts)
-    if fmt == "gemini-chat":
-        return GeminiChatParser(fh, where, fallback_ts=fallback_ts)
-    if fmt == "gemini-checkpoint":
-        return GeminiCheckpointParser(fh, where, fallback_ts=fallback_ts)
-    raise InputError(f"unknown format {fmt!r} (expected auto or {', '.join(FORMATS)})",
-                     where=where)
+def _agent(fmt: str, where: str) -> Agent:
+    found = by_format(fmt)
+    if found is None:
+        raise InputError(f"unknown format {fmt!r} (expected auto or {', '.join(formats())})",
+                         where=where)
+    return found
 
 
 def session_name_for(fmt: str, hint: str | None, path: Path) -> str:
-    prefix = _PREFIX.get(fmt, "import")
+    found = by_format(fmt)
+    prefix = found.session_prefix if found is not None else "import"
     if hint:
         core = re.sub(r"^(ses_|rollout-|checkpoint-)", "", hint)
         core = re.sub(r"[^\w.-]", "", core)[:12 if hint.startswith("ses_") else 8]
@@ -143,7 +116,7 @@ def import_file(store: Store, path: str | os.PathLike[str], *, fmt: str = "auto"
             return report
         mtime = datetime.fromtimestamp(os.fstat(fh.fileno()).st_mtime, tz=timezone.utc)
         fallback = mtime.isoformat(timespec="microseconds").replace("+00:00", "Z")
-        parser = _parser(report.format, fh, where, fallback)
+        parser = _agent(report.format, where).transcript(report.format, fh, where, fallback)
         _apply_calls(store, parser, p, report, session=session, strict=strict, warn=warn,
                      tick=tick)
         report.non_todo = parser.non_todo
@@ -186,7 +159,7 @@ def _apply_calls(store: Store, parser: Any, path: Path, report: ImportReport, *,
                         row = store.session_by_id(seen[0])
                         report.already_in = row.name if row else str(seen[0])
                     continue
-                actor = _AGENT[parser.fmt]
+                actor = _agent(parser.fmt, where).actor
                 tx = stack.enter_context(_open(store, parser, path, report, session, actor,
                                                item))
             elif tx.source_seen(item.key) is not None:

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import IO, Any
 
+from harness.agents.transcripts import ImportReport, Skipped, json_error, read_lines
 from harness.errors import InputError
 from harness.export import EXPORT_VERSION, is_export_header
-from harness.importers.base import ImportReport, Skipped, json_error, read_lines
 from state.store import Store, Tx
 
 FLUSH_EVERY = 5000

@@ -105,7 +105,7 @@ def test_each_line_names_the_item_as_the_agent_knows_it(store: Store) -> None:
 def test_opencode_names_an_item_by_its_place_in_its_last_todowrite(db_path: Path) -> None:
     """`harness hook opencode` (tool.after): the notice the plugin appends to a tool's
     output names the todo by its place in the list opencode last sent."""
-    from harness.agents import opencode
+    from harness.agents.opencode import hooks as opencode
     from harness.context import Harness
 
     h = Harness(str(db_path), "work")

@@ -52,7 +52,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from harness.agents.agent_write import TodoEdit, TodoRemoval, apply
@@ -70,10 +69,11 @@ from harness.agents.context_cuts import (
     context_event,
     notice_answer,
 )
+from harness.agents.notice import Labeler
+from harness.agents.seam import project_dir, project_session
 from harness.context import Harness
 from harness.errors import InputError
 from harness.formats import CLAUDE_TASKS, Item, ViewItem
-from harness.paths import find_project_store
 from state.store import Tx
 
 ACTOR = "agent:claude-code"
@@ -86,41 +86,12 @@ LIST_ENV = "CLAUDE_CODE_TASK_LIST_ID"
 
 # -- which harness session ----------------------------------------------------------------
 
-def project_dir(payload: Mapping[str, Any]) -> Path | None:
-    raw = os.environ.get("CLAUDE_PROJECT_DIR") or payload.get("cwd")
-    return Path(raw) if isinstance(raw, str) and raw else None
-
-
-def project_session_name(directory: Path) -> str:
-    """The session a project directory's work goes to in a store outside the project."""
-    name = re.sub(r"[^\w.-]+", "-", directory.name).strip("-.")
-    return name or "root"
-
-
-def session_for(payload: Any, explicit: str | None = None, *,
-                list_env: str | None = LIST_ENV) -> str | None:
-    """The harness session for this hook payload (None: the store's current one).
-
-    ``--session``, then ``list_env`` (``CLAUDE_CODE_TASK_LIST_ID``: a list shared by
-    several Claude sessions is one piece of work), then ``HARNESS_SESSION``, then the
-    project directory.
-    """
-    if explicit:
-        return explicit
-    for env in (list_env, "HARNESS_SESSION"):
-        if env is None:
-            continue
-        value = os.environ.get(env, "").strip()
-        if value:
-            return value
-    if not isinstance(payload, Mapping):
-        return None
-    directory = project_dir(payload)
-    if directory is None:
-        return None
-    if os.environ.get("HARNESS_DB") is None and find_project_store(directory) is not None:
-        return None  # the project's own store: its current session, as `harness list` sees
-    return project_session_name(directory)
+def session_for(payload: Any, explicit: str | None = None) -> str | None:
+    """The harness session for this hook payload (None: the store's current one):
+    ``--session``, then ``CLAUDE_CODE_TASK_LIST_ID`` (a list shared by several Claude
+    sessions is one piece of work), then ``HARNESS_SESSION``, then the project directory
+    (:func:`harness.agents.seam.project_session`)."""
+    return project_session(payload, explicit, list_env=LIST_ENV)
 
 
 def task_list(payload: Mapping[str, Any]) -> str:
@@ -185,9 +156,14 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
 # -- people's changes, told (harness.agents.notice) -----------------------------------------
 
 def told(harness: Harness, event: str, actor: str) -> str | None:
-    """The notice as ``event``'s answer, each item named as Claude knows it: its task
-    ``#N``, or its place in the list of its last ``TodoWrite``."""
-    return notice_answer(harness, event, actor, task_labels(agent_views(harness), actor))
+    """The notice as ``event``'s answer, each item named as Claude knows it."""
+    return notice_answer(harness, event, actor, labels(harness, actor))
+
+
+def labels(harness: Harness, actor: str = ACTOR) -> Labeler:
+    """How Claude knows a todo: its task ``#N``, or its place in the list of its last
+    ``TodoWrite``."""
+    return task_labels(agent_views(harness), actor)
 
 
 def files_from_store(harness: Harness, payload: Mapping[str, Any], actor: str) -> None:

@@ -1,6 +1,6 @@
 """Claude Code's task ids and our todos: the map that makes one list of what Claude Code's
 hooks report (:mod:`harness.agents.claude.hooks`) and what its task directories hold
-(:mod:`harness.importers.claude_tasks`).
+(:mod:`harness.agents.claude.task_list`).
 
 The map is an agent view of its own (key ``agent:claude-code/tasks``): a list of
 :class:`~harness.formats.ViewItem` rows, each a todo of ours with Claude's key for it,

@@ -19,7 +19,7 @@ to put it back:
   whole list, which counts as seen.
 
 The harness session: ``--session``, else ``HARNESS_SESSION``, else the project directory
-(the payload's ``cwd``), as for Claude Code (:func:`harness.agents.claude.hooks.session_for`).
+(the payload's ``cwd``), as for every agent (:func:`harness.agents.seam.project_session`).
 """
 
 from __future__ import annotations
@@ -27,25 +27,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.agents.claude.hooks import session_for as _claude_session_for
 from harness.agents.context_cuts import (
     CONTEXT_EVENTS,
     agent_views,
     context_event,
     notice_answer,
 )
-from harness.agents.notice import positions
+from harness.agents.notice import Labeler, positions
 from harness.context import Harness
 from harness.errors import InputError
 
 ACTOR = "agent:codex"
 RESTORE_TAIL = ("Kept by todo-harness across compactions and restarts; your update_plan "
                 "calls update it. Carry on from here.")
-
-
-def session_for(payload: Any, explicit: str | None = None) -> str | None:
-    # Codex has no shared task list: Claude's CLAUDE_CODE_TASK_LIST_ID is not for it.
-    return _claude_session_for(payload, explicit, list_env=None)
 
 
 def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
@@ -74,6 +68,10 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
 
 
 def told(harness: Harness, event: str, actor: str) -> str | None:
-    """The notice as ``event``'s answer, each item named by its place in Codex's last
-    plan (``step 2``)."""
-    return notice_answer(harness, event, actor, positions(agent_views(harness), actor, "step"))
+    """The notice as ``event``'s answer, each item named as Codex knows it."""
+    return notice_answer(harness, event, actor, labels(harness, actor))
+
+
+def labels(harness: Harness, actor: str = ACTOR) -> Labeler:
+    """How Codex knows a todo: its place in its last plan (``step 2``)."""
+    return positions(agent_views(harness), actor, "step")

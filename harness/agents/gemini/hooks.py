@@ -25,7 +25,7 @@ written as ``&lt;`` and ``&gt;``). Where it goes decides what each hook is for:
 A write that Gemini CLI refused (a tool error) changed nothing, and is skipped.
 
 The harness session: ``--session``, else ``HARNESS_SESSION``, else the project directory
-(the payload's ``cwd``), as for Codex (:func:`harness.agents.codex.hooks.session_for`).
+(the payload's ``cwd``), as for Codex (:func:`harness.agents.seam.project_session`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ and is skipped.
 Statuses: ``open`` is our ``pending``, ``closed`` our ``completed``; ``in_progress`` and
 ``blocked`` are the same. Dependencies are our ``depends_on`` (one that would make a
 cycle is dropped); a parent (``parentId``) has no place in the store. The hook
-(:mod:`harness.agents.gemini.hooks`) and the importer (:mod:`harness.importers.gemini`) apply
+(:mod:`harness.agents.gemini.hooks`) and the importer (:mod:`harness.agents.gemini.transcript`) apply
 calls with :func:`apply`, so a live session and an imported one make the same events.
 
 Tracker ids are mapped to our todos in an agent view of their own

@@ -234,7 +234,7 @@ def test_follow_keeps_the_list_in_sync_until_ctrl_c(db_path: Path, tmp_path: Pat
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--follow", "a.jsonl"], "--follow takes one Claude Code task list directory"),
+    (["--follow", "a.jsonl"], "--follow takes one directory: a Claude Code task list"),
 ])
 def test_follow_needs_a_task_list(db_path: Path, tmp_path: Path, cli, args: list[str],
                                   message: str) -> None:

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from harness import todos as uc
-from harness.agents import copilot
+from harness.agents.copilot import hooks as copilot
 from harness.context import Harness
-from tests.conftest import harness_subprocess
+from state.store import Store
+from tests.conftest import DATA, harness_subprocess
 
 SID = "1e3b18c4-7762-4548-9da2-a9882dc7c658"
 # The tables as Copilot CLI 1.0.102 creates them in every session's database.
@@ -151,3 +152,59 @@ def test_the_hook_never_fails_copilot(db_path: Path, home: Path, tmp_path: Path)
     assert missing.returncode == 0 and missing.stdout == b""
     assert "no --event: Copilot CLI's payloads do not name their event" in \
         (tmp_path / "data" / "logs" / "hooks.log").read_text()
+
+
+# -- harness import of its session events ----------------------------------------------------
+
+EVENTS = DATA / "copilot" / "events-1.0.102.jsonl"  # tests/agents/real/test_copilot_cli.py's
+
+
+def test_import_replays_the_sql_calls_to_the_list_the_hooks_saw(db_path: Path) -> None:
+    from harness.importers import import_file
+
+    with Store.open(str(db_path)) as store:
+        r = import_file(store, EVENTS, session="copied")
+        assert (r.format, r.calls, r.imported, r.malformed_count) == ("copilot-events", 3, 3, 0)
+        row = store.session_by_name("copied")
+        assert row is not None
+        got = [(t.content, t.status, t.depends_on)
+               for t in sorted(store.todos(row.id), key=lambda t: t.num)]
+        assert got == [("Regenerate samples", "completed", []),
+                       ("Build the vocab mapping", "in_progress", [1]),
+                       ("Train the drafter", "pending", [2])]
+        refs = {e.ref for e in store.events(row.id) if e.kind.startswith("todo.")}
+        assert refs == {"call_2", "call_4", "call_6"}  # each change at its own call
+        again = import_file(store, EVENTS, session="copied")
+        assert (again.imported, again.already) == (0, 3)
+
+
+def event(kind: str, **data: Any) -> str:
+    return json.dumps({"type": kind, "data": data, "id": kind, "timestamp":
+                       "2026-12-07T01:13:07.000Z", "parentId": None})
+
+
+def test_a_replayed_query_reaches_nothing_but_its_own_tables(db_path: Path,
+                                                             tmp_path: Path) -> None:
+    from harness.importers import import_file
+
+    outside = tmp_path / "outside.db"
+    lines = [event("session.start", sessionId=SID, producer="copilot-agent")]
+    queries = [PLAN, f"ATTACH DATABASE '{outside}' AS x; CREATE TABLE x.todos (id TEXT)",
+               f"UPDATE todos SET title = 'x'; VACUUM INTO '{outside}'",
+               "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+               "UPDATE todos SET title = (SELECT max(i) FROM n) WHERE id = 'regen'",
+               "UPDATE todos SET status = 'done' WHERE id = 'regen'"]
+    for i, query in enumerate(queries):
+        lines += [event("tool.execution_start", toolCallId=f"c{i}", toolName="sql",
+                        arguments={"description": "todos", "query": query}),
+                  event("tool.execution_complete", toolCallId=f"c{i}", success=True)]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with Store.open(str(db_path)) as store:
+        r = import_file(store, path, session="copied")
+        assert (r.format, r.imported, r.malformed_count) == ("copilot-events", 2, 3), r.malformed
+        assert not outside.exists()
+        row = store.session_by_name("copied")
+        assert row is not None
+        got = {t.content: t.status for t in store.todos(row.id)}
+        assert got["Regenerate samples"] == "completed"

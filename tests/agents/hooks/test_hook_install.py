@@ -1,6 +1,7 @@
 """`harness hook claude-code install` and `harness hook codex install`: merged into the
 agent's own settings files, other hooks kept, idempotent, `--dry-run` a diff; and the
-hooks they install run, as the agent would run them."""
+hooks they install run, as the agent would run them. `uninstall` takes out our hooks
+(every agent's) and nothing else."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ THEIRS = {
 }
 
 
-def install(agent: str, cwd: Path, *args: str, home: Path | None = None):
+def install(agent: str, cwd: Path, *args: str, home: Path | None = None,
+            verb: str = "install"):
     env = {"HOME": str(home or cwd / "home"), "CODEX_HOME": str((home or cwd / "home") / ".codex")}
-    return harness_subprocess(["hook", agent, "install", *args], cwd=cwd, env=env)
+    return harness_subprocess(["hook", agent, verb, *args], cwd=cwd, env=env)
 
 
 def test_claude_code_install_keeps_other_hooks_and_is_idempotent(tmp_path: Path) -> None:
@@ -222,3 +224,26 @@ def test_codex_install_writes_hooks_json(tmp_path: Path) -> None:
     home = tmp_path / "home"
     assert install("codex", tmp_path, "--user", home=home).returncode == 0
     assert (home / ".codex" / "hooks.json").exists()
+
+
+def test_uninstall_removes_the_harness_hooks_and_nothing_else(tmp_path: Path) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps(THEIRS, indent=4) + "\n")
+    for agent in ("claude-code", "codex", "gemini-cli", "copilot"):
+        assert install(agent, tmp_path).returncode == 0
+    codex = tmp_path / ".codex" / "hooks.json"
+    copilot = tmp_path / ".github" / "hooks" / "todo-harness.json"
+    gemini = tmp_path / ".gemini" / "settings.json"
+    assert codex.exists() and copilot.exists()
+    for agent in ("claude-code", "codex", "gemini-cli", "copilot"):
+        r = install(agent, tmp_path, verb="uninstall")
+        assert r.returncode == 0, r.stderr
+        assert b"removed the harness hooks" in r.stdout, (agent, r.stdout)
+    doc = json.loads(settings.read_text())
+    assert doc["hooks"] == THEIRS["hooks"] and doc["permissions"] == THEIRS["permissions"]
+    assert doc["env"] == {"CLAUDE_CODE_ENABLE_TODO_TOOLS": "1"}  # said, and left
+    assert not codex.exists() and not copilot.exists()  # files only our hooks were in
+    assert "hooks" not in json.loads(gemini.read_text())
+    again = install("claude-code", tmp_path, verb="uninstall")
+    assert b"nothing of the harness's here" in again.stdout

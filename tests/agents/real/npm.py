@@ -60,6 +60,9 @@ PROGRAMS: dict[str, Program] = {p.name: p for p in (
     # unpacks its JavaScript into $XDG_CACHE_HOME/copilot on its first start.
     Program("copilot", "@github/copilot", ("1.0.102",), "copilot",
             ("tests/agents/real/test_copilot_cli.py",)),
+    # No todo tool and no MCP: the harness's extension (`harness hook pi install`) adds one.
+    Program("pi", "@mariozechner/pi-coding-agent", ("0.73.1",), "pi",
+            ("tests/agents/real/test_pi_real.py",)),
 )}
 VERSIONS_ENV = "HARNESS_AGENT_VERSIONS"
 DONE = ".installed"

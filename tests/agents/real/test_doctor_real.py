@@ -36,6 +36,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[s
            "HARNESS_CODEX_BIN": str(npm.codex()), "HARNESS_OPENCODE_BIN": str(npm.opencode()),
            "HARNESS_GEMINI_BIN": str(npm.gemini_cli()),
            "HARNESS_COPILOT_BIN": str(npm.program("copilot")),
+           "HARNESS_PI_BIN": str(npm.program("pi")),
            "GEMINI_CLI_HOME": str(tmp_path / "home")}
     return project, env
 
@@ -61,6 +62,11 @@ def test_doctor_before_and_after_the_installers(setup: tuple[Path, dict[str, str
     copilot = found["copilot"]
     assert copilot["version"] == npm.versions("copilot")[0]
     assert copilot["writes"] and not copilot["seen"]
+    pi = found["pi"]
+    assert pi["version"] == npm.versions("pi")[0] and not pi["writes"] and not pi["seen"]
+    assert pi["todo"] == ["run `harness hook pi install` here (writes the extension: a "
+                          "todowrite tool backed by the harness)"]
+    assert pi["tools"] == ["todowrite"] and "next tool's result" in pi["notices"]
 
     cmd = ["--command", f"{HARNESS_CMD} hook claude-code"]
     assert harness_subprocess(["hook", "claude-code", "install", *cmd], cwd=project,
@@ -70,6 +76,8 @@ def test_doctor_before_and_after_the_installers(setup: tuple[Path, dict[str, str
     for agent in ("gemini-cli", "copilot"):
         assert harness_subprocess(["hook", agent, "install"], cwd=project,
                                   env=env).returncode == 0
+    assert harness_subprocess(["hook", "pi", "install", "--command", f"{HARNESS_CMD} hook pi"],
+                              cwd=project, env=env).returncode == 0
     plugins = project / ".opencode" / "plugins"
     plugins.mkdir(parents=True)
     (plugins / "harness-todos.js").write_text("// the plugin\n")
@@ -87,6 +95,9 @@ def test_doctor_before_and_after_the_installers(setup: tuple[Path, dict[str, str
                             ".gemini/settings.json)"
     assert gemini["todo"][0].startswith("trust this folder in Gemini CLI")
     assert found["copilot"]["seen"] and found["copilot"]["todo"] == []
+    pi = found["pi"]
+    assert pi["writes"] and pi["seen"] and pi["todo"] == []
+    assert pi["how"] == "todowrite (the harness's extension, .pi/extensions/todo-harness.ts)"
     human = harness_subprocess(["doctor", "--agent", "claude-code"], cwd=project, env=env)
     assert human.returncode == 0 and human.stdout.decode().splitlines()[1:] == [
         "  writes todos: yes, with its todo tools (CLAUDE_CODE_ENABLE_TODO_TOOLS=1 in "

@@ -42,9 +42,9 @@ import ijson
 from harness.agents.gemini.hooks import WRITE_TODOS
 from harness.agents.gemini.tracker import WRITE_TOOLS
 from harness.agents.gemini.tracker import apply as tracker_apply
+from harness.agents.transcripts import Call, Item, Parser, Skipped, to_ts
 from harness.errors import InputError
 from harness.formats import parse
-from harness.importers.base import Call, Item, Parser, Skipped, to_ts
 
 TOOLS = frozenset({WRITE_TODOS, *WRITE_TOOLS})
 _MARKERS = tuple(f'"{t}"'.encode() for t in sorted(TOOLS))

@@ -20,9 +20,9 @@ from typing import IO, Any
 
 import ijson
 
+from harness.agents.transcripts import Call, Item, Parser, Skipped, to_ts
 from harness.errors import InputError
 from harness.formats import parse
-from harness.importers.base import Call, Item, Parser, Skipped, to_ts
 
 TOOL = "todowrite"
 

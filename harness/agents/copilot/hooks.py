@@ -38,6 +38,7 @@ from harness.context import Harness
 from harness.errors import InputError
 from harness.formats import COPILOT, AgentWrite, Item
 from harness.paths import copilot_home
+from state.store import Tx
 
 ACTOR = "agent:copilot"
 EVENTS = ("sessionStart", "userPromptSubmitted", "postToolUse", "preCompact", "sessionEnd")
@@ -46,7 +47,7 @@ RESTORE_TAIL = ("Kept by todo-harness across compactions and restarts; your todo
 STATUS = {"pending": "pending", "in_progress": "in_progress", "done": "completed",
           "blocked": "blocked"}
 SOURCES = {"new": "startup", "startup": "startup", "resume": "resume"}
-_TODO_TABLES = re.compile(r"\btodo(s|_deps)\b", re.I)
+TODO_TABLES = re.compile(r"\btodo(s|_deps)\b", re.I)
 DB_TIMEOUT = 5.0
 
 
@@ -83,7 +84,7 @@ def handle(payload: Any, harness: Harness, *, event: str, actor: str = ACTOR) ->
         query = args.get("query") if isinstance(args, Mapping) else None
         result = payload.get("toolResult")
         ok = not isinstance(result, Mapping) or result.get("resultType") in (None, "success")
-        if ok and isinstance(query, str) and _TODO_TABLES.search(query):
+        if ok and isinstance(query, str) and TODO_TABLES.search(query):
             sync(harness, session_db(payload), actor)
     if owed(harness, actor):
         return answer(whole_list(harness, actor, RESTORE_TAIL))
@@ -115,12 +116,19 @@ def read_todos(db: Path) -> tuple[list[Item], dict[str, list[str]]]:
         raise InputError(f"cannot open Copilot CLI's session database ({exc})",
                          where=where) from None
     try:
+        return table_items(con, where)
+    finally:
+        con.close()
+
+
+def table_items(con: sqlite3.Connection,
+                where: str) -> tuple[list[Item], dict[str, list[str]]]:
+    """The todos table of ``con`` as the agent's list, and the dependencies."""
+    try:
         rows = con.execute("SELECT id, title, status FROM todos ORDER BY rowid").fetchall()
         deps = con.execute("SELECT todo_id, depends_on FROM todo_deps").fetchall()
     except sqlite3.Error as exc:
         raise InputError(f"cannot read the todo tables ({exc})", where=where) from None
-    finally:
-        con.close()
     items = []
     for tid, title, status in rows:
         if status not in STATUS:
@@ -136,19 +144,26 @@ def read_todos(db: Path) -> tuple[list[Item], dict[str, list[str]]]:
 
 
 def sync(harness: Harness, db: Path, actor: str) -> None:
-    """The agent's whole table, merged as its list; its dependencies as ``depends_on``
-    (the agent drops only those on its own todos: one a person added stays)."""
+    """The agent's whole table, merged as its list (:func:`apply_table`)."""
+    items, graph = read_todos(db)
+    with harness.store.write(harness.session(create=True).id, actor) as tx:
+        apply_table(tx, items, graph)
+
+
+def apply_table(tx: Tx, items: list[Item], graph: dict[str, list[str]], *,
+                ts: str | None = None, ref: str | None = None) -> None:
+    """The todos table merged as the agent's whole list; its dependencies as
+    ``depends_on`` (the agent drops only those on its own todos: one a person added
+    stays). The hooks and ``harness import`` both come here."""
     from harness.agents.gemini.tracker import add_deps
     from harness.agents.todolist import apply_write
 
-    items, graph = read_todos(db)
-    with harness.store.write(harness.session(create=True).id, actor) as tx:
-        result = apply_write(tx, AgentWrite(COPILOT, items), sees_response=False)
-        nums = {v.agent_id: v.num for v in result.view if v.agent_id and v.num is not None}
-        own = frozenset(nums.values())
-        for tid, num in nums.items():
-            wanted = [nums[d] for d in graph.get(tid, []) if d in nums]
-            add_deps(tx, num, wanted, ts=None, ref=None, drop=own - set(wanted))
+    result = apply_write(tx, AgentWrite(COPILOT, items), sees_response=False, ts=ts, ref=ref)
+    nums = {v.agent_id: v.num for v in result.view if v.agent_id and v.num is not None}
+    own = frozenset(nums.values())
+    for tid, num in nums.items():
+        wanted = [nums[d] for d in graph.get(tid, []) if d in nums]
+        add_deps(tx, num, wanted, ts=ts, ref=ref, drop=own - set(wanted))
 
 
 def labels(harness: Harness, actor: str) -> Labeler:

@@ -23,15 +23,15 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from harness.agents.codex.watch import refusal
-from harness.errors import InputError
-from harness.formats import parse
-from harness.importers.base import (
+from harness.agents.transcripts import (
     Call,
     Item,
     Parser,
     Skipped,
     to_ts,
 )
+from harness.errors import InputError
+from harness.formats import parse
 
 _META_LINES = 20
 _MAX_PENDING = 64

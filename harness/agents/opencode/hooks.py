@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness import formats
+from harness.agents.notice import Labeler
 from harness.context import Harness
 from harness.errors import InputError
 
@@ -37,15 +38,13 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     if kind == "session.compacting":
         return compacting(harness, props, actor=actor)
     if kind == "tool.after":
-        from harness.agents.context_cuts import agent_views
         from harness.agents.leases import renew
-        from harness.agents.notice import positions, take
+        from harness.agents.notice import take
 
         sid = harness.session(create=True).id
         renew(harness.store, sid, actor)  # a tool call is a sign of life
         # Each item named by its place in opencode's last todowrite (``item 2``).
-        notice = take(harness.store, sid, actor,
-                      label=positions(agent_views(harness), actor, "item"))
+        notice = take(harness.store, sid, actor, label=labels(harness, actor))
         return notice.text() if notice is not None else None
     from harness.agents.todolist import todowrite
 
@@ -53,6 +52,14 @@ def handle(payload: Any, harness: Harness, *, actor: str = ACTOR) -> str | None:
     todowrite(harness.store, harness.session(create=True).id, write, actor=actor,
               sees_response=False)
     return None
+
+
+def labels(harness: Harness, actor: str = ACTOR) -> Labeler:
+    """How opencode knows a todo: its place in its last todowrite (``item 2``)."""
+    from harness.agents.context_cuts import agent_views
+    from harness.agents.notice import positions
+
+    return positions(agent_views(harness), actor, "item")
 
 
 def compacting(harness: Harness, props: dict[str, Any], *, actor: str = ACTOR) -> str | None:

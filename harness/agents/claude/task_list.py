@@ -35,8 +35,8 @@ from harness.agents.claude.tasks import (
     save_map,
     status_change,
 )
+from harness.agents.transcripts import ImportReport
 from harness.errors import InputError
-from harness.importers.base import ImportReport
 from state.store import Store, Tx, normalize_ts
 
 FORMAT = "claude-tasks"

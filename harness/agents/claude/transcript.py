@@ -28,9 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from harness.errors import InputError
-from harness.formats import CLAUDE_TASKS, AgentWrite, Item, parse
-from harness.importers.base import (
+from harness.agents.transcripts import (
     BINARY_LINE,
     Call,
     Parser,
@@ -39,9 +37,11 @@ from harness.importers.base import (
     read_lines,
     to_ts,
 )
-from harness.importers.base import (
+from harness.agents.transcripts import (
     Item as ParsedItem,
 )
+from harness.errors import InputError
+from harness.formats import CLAUDE_TASKS, AgentWrite, Item, parse
 
 TOOLS = frozenset({"TodoWrite", "TaskCreate", "TaskUpdate", "TaskList"})
 _MARKERS = (b'"TodoWrite"', b'"TaskCreate"', b'"TaskUpdate"', b'"TaskList"', b'"newTodos"')

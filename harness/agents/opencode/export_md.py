@@ -26,9 +26,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import IO
 
-from harness.errors import InputError
-from harness.formats import parse
-from harness.importers.base import (
+from harness.agents.transcripts import (
     BINARY_LINE,
     Call,
     Item,
@@ -38,6 +36,8 @@ from harness.importers.base import (
     json_error,
     read_lines,
 )
+from harness.errors import InputError
+from harness.formats import parse
 
 _SESSION = re.compile(r"^\*\*Session ID:\*\*\s*(\S+)")
 _CREATED = re.compile(r"^\*\*Created:\*\*\s*(.+?)\s*$")

@@ -10,7 +10,7 @@ every stream-json message Claude Code sends, printed by ``JSON.stringify(message
 (``2026-05-04T10:21:07.1234567Z ``); one copied from the web page has none. Both are read.
 
 The messages are Claude Code's (``system``/``assistant``/``user``/``result``), so the
-calls in them are read as :class:`harness.importers.claude.ClaudeParser` reads a
+calls in them are read as :class:`harness.agents.claude.transcript.ClaudeParser` reads a
 stream-json file; a message's time is its line's timestamp, when the log has them.
 Lines that are neither the action's nor JSON are counted, never refused. Without the
 action's ``show_full_output: true`` only the init and result messages are printed: the
@@ -24,8 +24,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from harness.importers.base import BINARY_LINE, Skipped, json_error, read_lines
-from harness.importers.claude import ClaudeParser, _depth
+from harness.agents.claude.transcript import ClaudeParser, _depth
+from harness.agents.transcripts import BINARY_LINE, Skipped, json_error, read_lines
 
 _STAMP = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
 _HIDDEN = b"full output hidden"

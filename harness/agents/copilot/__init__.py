@@ -1,0 +1,1 @@
+"""GitHub Copilot CLI: its hooks, their install, and its session events for import."""
