@@ -15,12 +15,12 @@
 #   bash scripts/h200_serve.sh b    # followed on (again while it says "still running")
 #   bash scripts/h200_serve.sh s    # the sabotaged drafter, served                ~250 s
 #
-# Phase b without an earlier a runs the whole spec. In seconds (estimates from the
-# 2026-12-02..06 runs): verifier .. export ~300; six servers start during verify (~180,
-# hidden behind verify ~150 and the P-EAGLE stages ~150); sweep (1 trial of >= 3 s, 3 ks,
-# 4 levels) ~70; benchmark_peagle (2 trials, 3 candidates) ~110; the schedule's server
-# ~80; benchmark (ABBA trials, <= 60 s a level) <= 250; reference ~120; stop ~15: about
-# 1,400 in all, three calls of BUDGET.
+# Phase b without an earlier a runs the whole spec. Measured on an H100 (2026-12-07, the
+# P-EAGLE stages left out): verifier .. export 258 s; three servers started during verify
+# (161 s) and answered after 165 s; sweep 48; the schedule's server 68; benchmark 186 (2 s
+# runs, 40 s a level: every level wide); reference 64: 790 s in all. With the example's
+# runs of >= 10 s and 180 s a level, the benchmark takes 6-16 minutes; the P-EAGLE stages
+# add about 4.
 # To spend less, SET overrides keys of the copied spec before a fresh run, e.g.
 #   SET='sweep.with.min_seconds=3 reference.run=' bash scripts/h200_serve.sh b
 # (`stage.with.key=value` as YAML; an empty `reference.run=` drops that stage.)
