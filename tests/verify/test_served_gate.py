@@ -60,7 +60,9 @@ def _bench(ports: tuple[int, int], needs: list[str], gate: dict) -> dict:
     return {"name": "benchmark", "action": "eagle3.benchmark", "needs": needs,
             "with": {"url": f"http://127.0.0.1:{spec}",
                      "baseline_url": f"http://127.0.0.1:{base}", "prompts": CHAT_PROMPTS,
-                     "concurrency": [1], "max_tokens": 48, "warmup": 0},
+                     "concurrency": [1], "max_tokens": 48, "warmup": 0,
+                     # the trials have tests of their own: short runs, a short budget
+                     "trials": 4, "min_seconds": 0, "requests": 8, "level_budget": 10},
             "gate": gate}
 
 
