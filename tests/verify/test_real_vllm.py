@@ -162,6 +162,11 @@ def test_vllm_loads_and_runs_the_export_as_we_do(vllm_python, good, sequence, tm
     assert cfg["parallel_drafting"] is parallel
     assert cfg["pard_token"] == (layout.mask_token_id if parallel else None)
     assert answer.get("mask_hidden") == (0.0 if parallel else None)
+    # and its default V2 model runner does not run parallel drafting: P-EAGLE is served on
+    # the V1 runner while EAGLE-3 stays on V2 (docs/PERFORMANCE.md, P-EAGLE's served step)
+    if answer["v2_runner_unsupported"] is not None:
+        drafting = [f for f in answer["v2_runner_unsupported"] if "parallel drafting" in f]
+        assert bool(drafting) is parallel, answer["v2_runner_unsupported"]
     # its loader fills every parameter from the export, bit for bit, but the embeddings,
     # which it shares with the target; t2d is ignored
     loaded = answer["loaded"]

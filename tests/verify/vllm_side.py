@@ -61,6 +61,10 @@ def main(request_path: str, out_dir: str) -> int:
         "pard_token": getattr(hf, "pard_token", None),
         "target_layers": config.model_config.get_total_num_hidden_layers(),
         "target_model_type": config.model_config.hf_text_config.model_type}
+    # what vLLM's default (V2) model runner cannot run of this config: a P-EAGLE server
+    # falls back to the V1 runner (vLLM 0.26); releases without the check say nothing
+    unsupported = getattr(config, "_get_v2_model_runner_unsupported_features", None)
+    answer["v2_runner_unsupported"] = list(unsupported()) if unsupported else None
 
     model, cls_name = drafter["build_drafter"](config, device="cpu")
     answer["class"] = cls_name
