@@ -73,6 +73,8 @@ def tui(replay: bool, web: bool, host: str, port: int, token: str | None,
     app.run()
     # Let the store thread finish before the CLI closes the store under it.
     app.io.stopped.wait(2.0)
+    if app.crash is not None:  # one line here; the traceback went to the log it names
+        raise HarnessError(app.crash.message(), hint=app.crash.hint())
 
 
 def _serve_web(store: str, session: str, *, host: str, port: int, token: str | None,
