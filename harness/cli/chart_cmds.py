@@ -106,7 +106,9 @@ def _colour(choice: bool | None) -> bool:
 @click.option("--height", type=click.IntRange(8, 200), default=PLOT_HEIGHT,
               show_default=True, metavar="N", help="Lines per chart.")
 @click.option("--color/--no-color", "colour", default=None,
-              help="Colours (default: when stdout is a terminal and NO_COLOR is unset).")
+              help="Colours (default: when stdout is a terminal and NO_COLOR is unset); "
+                   "without them, each line of a chart draws with a glyph of its own "
+                   "(•, +, x, ...) named in its legend.")
 @common_options
 def plot(todo_id: str, names: tuple[str, ...], others: tuple[str, ...], width: int | None,
          height: int, colour: bool | None) -> None:
