@@ -12,9 +12,12 @@ torch's intra-op and inter-op pools (``pipeline.eagle3.common.use_threads``), wi
 reason in ``HARNESS_THREADS_WHY`` for its log to say.
 
 - *cores it may use*: the CPU affinity, capped by a cgroup CPU quota (a container's);
-- *other work*: the runnable threads of the machine (``/proc/stat``'s ``procs_running``,
-  a few samples over a fifth of a second), less this process and the threads our own
-  stages hold (the load average would remember our previous stage for a minute);
+- *other work*: the runnable threads of the machine less the threads our own stages hold,
+  the larger of two readings: now (``/proc/stat``'s ``procs_running``, a few samples over
+  a fifth of a second) and over the last minute (the load average, less what this
+  runner's earlier stages left in it). A lull of a moment does not hand a long stage
+  more threads than a busy minute leaves room for: too few threads cost a stage at most
+  the cores it left idle, too many cost it several times over;
 - *stages running here*: this user's CPU stages running on this machine now, whichever
   ``harness run`` started them (two copies of the main job share the cores). Each holds a
   locked file in a directory of the temp dir while it runs; a runner that dies lets its
@@ -99,18 +102,32 @@ def _cgroup_quota() -> float | None:
 
 
 def other_work(ours: int = 0, samples: int = SAMPLES, every: float = SAMPLE_EVERY) -> float:
-    """Threads of other work that want a core now, on average over a few samples: all
-    runnable threads less this one and ``ours`` (our stages' threads). Without
-    ``/proc/stat`` (not Linux): the one-minute load average."""
+    """Threads of other work that want a core: the larger of the runnable threads now (a
+    few samples, less this one) and the one-minute load average (less what this process's
+    earlier stages left in it), each less ``ours`` (the threads our running stages hold).
+    Without ``/proc/stat`` (not Linux): the load average alone."""
+    averaged = os.getloadavg()[0] - _left_in_load_average() - ours
     counts = []
     for i in range(samples):
         if i:
             time.sleep(every)
         running = _procs_running()
         if running is None:
-            return max(0.0, os.getloadavg()[0] - ours)
+            return max(0.0, averaged)
         counts.append(running - 1)  # this thread, reading
-    return max(0.0, sum(counts) / len(counts) - ours)
+    return max(0.0, sum(counts) / len(counts) - ours, averaged)
+
+
+# The stages this process ran: (threads, start, end) on the monotonic clock.
+_RAN: list[tuple[int, float, float]] = []
+
+
+def _left_in_load_average() -> float:
+    """What this process's finished stages still add to the one-minute load average, which
+    moves toward the runnable count by exp(-t/60): n (1 - e^(-run/60)) e^(-since/60)."""
+    now = time.monotonic()
+    return sum(n * (1 - math.exp(-(end - start) / 60)) * math.exp(-(now - end) / 60)
+               for n, start, end in _RAN)
 
 
 def _procs_running() -> int | None:
@@ -186,6 +203,8 @@ def claim(stage: Stage, host: HostSpec) -> Iterator[Share]:
         slot: _Slot | None = _Slot()
     except OSError:
         slot = None  # no shared temp dir: counted alone, which is what we did before
+    started = time.monotonic()
+    share = Share()
     try:
         share = _decide(stage, host, slot)
         if slot is not None and share.threads is not None:
@@ -194,6 +213,9 @@ def claim(stage: Stage, host: HostSpec) -> Iterator[Share]:
     finally:
         if slot is not None:
             slot.release()
+        if share.threads is not None:
+            _RAN.append((share.threads, started, time.monotonic()))
+            del _RAN[:-8]  # older ones have left the average
 
 
 def _decide(stage: Stage, host: HostSpec, slot: _Slot | None) -> Share:

@@ -6,8 +6,10 @@ and the log to its words."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -46,6 +48,21 @@ def test_a_cpu_stage_gets_the_free_cores_and_two_at_once_share_them() -> None:
             assert second.why.endswith("2 stages running here"), second.why
     with threads.claim(stage(), LOCAL) as again:  # both ended: alone again
         assert again.why.endswith("1 stage running here")
+
+
+def test_what_our_own_stages_left_in_the_load_average_is_not_other_work(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a two-thread stage that ran a minute and just ended leaves 2 (1 - 1/e) in the
+    # one-minute load average; one that ended two minutes ago, that times 1/e^2
+    now = time.monotonic()
+    monkeypatch.setattr(threads, "_RAN", [(2, now - 60, now)])
+    assert threads._left_in_load_average() == pytest.approx(2 * (1 - math.exp(-1)), rel=0.01)
+    monkeypatch.setattr(threads, "_RAN", [(2, now - 180, now - 120)])
+    assert threads._left_in_load_average() == pytest.approx(
+        2 * (1 - math.exp(-1)) * math.exp(-2), rel=0.01)
+    with threads.claim(stage(), LOCAL) as share:  # and a stage's own run is remembered
+        assert share.threads is not None
+    assert threads._RAN[-1][0] == share.threads
 
 
 def test_a_slot_whose_runner_died_does_not_count(tmp_path: Path) -> None:
