@@ -109,10 +109,14 @@ def phase(tree: Path, out: Path, label: str, copies: int) -> dict[str, Any]:
         t0 = time.monotonic()
         folders = [out / f"{label.replace(' ', '-')}-{i + 1}" for i in range(copies)]
         procs = [(folder, start_copy(tree, folder)) for folder in folders]
-        results = []
-        for folder, proc in procs:
-            code = proc.wait()
-            results.append(read_copy(folder, time.monotonic() - t0, code))
+        ended: dict[int, float] = {}
+        while len(ended) < len(procs):  # each copy's own end, whichever ends first
+            for i, (_folder, proc) in enumerate(procs):
+                if i not in ended and proc.poll() is not None:
+                    ended[i] = time.monotonic() - t0
+            time.sleep(0.5)
+        results = [read_copy(folder, ended[i], proc.returncode)
+                   for i, (folder, proc) in enumerate(procs)]
     end = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     return {"label": label, "copies": results, "load": load.summary(), "uptime_start": uptime,
             "uptime_end": end}
@@ -158,7 +162,7 @@ def main() -> None:
     from bench.before_tree import export_tree
 
     trees: list[tuple[str, Path]] = [
-        ("after", export_tree(args.at, out / "after-tree") if args.at else ROOT)]
+        (args.at[:10], export_tree(args.at, out / "at-tree")) if args.at else ("after", ROOT)]
     if args.before:
         trees.append(("before", export_tree(args.before, out / "before-tree")))
     phases = []

@@ -31,12 +31,12 @@ MOVES = ["j", "k", "j", "k", "g", "G", "up", "down", "pageup", "pagedown", "home
 # Keys that change a todo are in, a few times less often than looking around: `q` (quit)
 # is left out on the screens where it quits.
 BOARD = [*MOVES, *MOVES, "tab", "shift+tab", "1", "2", "3", "2", "3", "i", "c", "c", "c", "r",
-         "question_mark", "ctrl+p", "s", "d", "x", "u", "plus", "minus", "K", "J", "b", "a",
+         "question_mark", "ctrl+p", "ctrl+p", "s", "d", "x", "u", "plus", "minus", "K", "J", "b", "a",
          "e", "n", "escape"]
-CHARTS = ["escape", "c", "question_mark", "j", "k", "down", "pagedown", "tab"]
+CHARTS = ["escape", "c", "question_mark", "j", "k", "down", "pagedown", "tab", "ctrl+p"]
 REPLAY = ["left", "right", "left", "right", "home", "end", "left_square_bracket",
           "right_square_bracket", "1", "3", "i", "j", "k", "G", "question_mark", "f", "escape",
-          "r", "tab"]
+          "r", "tab", "ctrl+p"]
 HELP = ["escape", "question_mark", "q", "j", "down"]
 PROMPT = ["w", "a", "i", "t", "space", "backspace", "enter", "escape", "escape"]
 # Palette queries that find our commands and harmless ones of Textual's (none quits).
