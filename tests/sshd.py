@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -82,6 +83,9 @@ class SSHServer:
         self.sftp = sftp
         self.port = free_port(address)
         self.user = getpass.getuser()
+        #: where a session starts: sshd logs in to the home the password database gives the
+        #: user, whatever $HOME says here (CI and sandboxes often set it elsewhere)
+        self.login_home = pwd.getpwuid(os.getuid()).pw_dir
         self.host_key = root / "ssh_host_ed25519_key"
         self.user_key = root / "id_ed25519"
         self.known_hosts = root / "known_hosts"

@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.worker import get_current_worker
 
 from state.store import Store
+from tui.crash import Crash, record
 from tui.keys import APP_KEYS, BOARD_KEYS, CHART_KEYS, REPLAY_KEYS, KeyAction, bindings
 from tui.messages import (
     BoardRefreshed,
@@ -74,6 +75,8 @@ class HarnessApp(App[None]):
         self._user_keymap = dict(keymap or {})
         self._tokens = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[None]] = {}
+        #: the exception that ended the app, if one did (``harness tui`` reports it)
+        self.crash: Crash | None = None
 
     def get_default_screen(self) -> Screen:
         return self.board_screen
@@ -88,13 +91,24 @@ class HarnessApp(App[None]):
         if self._open_in_replay:
             self.enter_replay()
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="store")
+    # The store's own errors are handled in the thread (a line on the board); anything else
+    # ends the app as a crash (below), rather than leaving a board that no longer moves.
+    @work(thread=True, exclusive=True, exit_on_error=True, group="store")
     def _store_loop(self) -> None:
         worker = get_current_worker()
         self.io.run(lambda: worker.is_cancelled)
 
     def on_unmount(self) -> None:
         self.io.stop()
+
+    def _handle_exception(self, error: Exception) -> None:
+        # Textual calls this for any exception a handler, a worker or a screen let through,
+        # and then exits with code 1. Its own report is a full traceback on the terminal;
+        # ours is one line (harness tui prints it) naming the log the traceback went to.
+        if self.crash is None:
+            self.crash = record(error)
+        super()._handle_exception(error)
+        self._exit_renderables.clear()
 
     # -- toasts ------------------------------------------------------------------------------
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
@@ -127,19 +141,33 @@ class HarnessApp(App[None]):
             self.io.replay("enter")
 
     def leave_replay(self) -> None:
-        if self.replay_screen is not None:
-            self.io.leave_replay()
-            self.replay_screen = None
+        screen, self.replay_screen = self.replay_screen, None
+        if screen is None:
+            return
+        self.io.leave_replay()
+        # What was opened over it (help, the fork's prompt) closes with it: popping only
+        # the top screen would leave replay open and no longer fed.
+        while screen in self.screen_stack:
             self.pop_screen()
 
     def show_charts(self, num: int) -> None:
         """Every chart of todo ``num``, its runs overlaid (the store thread reads them)."""
-        self.chart_screen = ChartScreen(num)
-        self.push_screen(self.chart_screen, lambda _=None: self._charts_closed())
+        screen = ChartScreen(num)
+        self.chart_screen = screen
+        self.push_screen(screen, lambda _=None: self._charts_closed(screen))
         self.io.charts(num)
 
-    def _charts_closed(self) -> None:
-        self.chart_screen = None
+    def _charts_closed(self, screen: ChartScreen) -> None:
+        if self.chart_screen is screen:
+            self.chart_screen = None
+
+    def _open_charts(self) -> ChartScreen | None:
+        """The chart screen while it is on the stack: one that left it by any way (its
+        own key, the palette, a pop) gets nothing more."""
+        screen = self.chart_screen
+        if screen is not None and screen not in self.screen_stack:
+            self.chart_screen = screen = None
+        return screen
 
     def show_help(self, actions: tuple[KeyAction, ...], title: str) -> None:
         keys = {a.id: a.keys for a in actions}
@@ -172,13 +200,15 @@ class HarnessApp(App[None]):
 
     def on_series_tailed(self, message: SeriesTailed) -> None:
         self.board_screen.show_series(message.update)
-        if self.chart_screen is not None:
-            self.chart_screen.add_points(message.update)
+        charts = self._open_charts()
+        if charts is not None:
+            charts.add_points(message.update)
 
     def on_charts_loaded(self, message: ChartsLoaded) -> None:
-        if self.chart_screen is not None and message.view.todo is not None \
-                and message.view.todo.num == self.chart_screen.num:
-            self.chart_screen.show(message.view)
+        charts = self._open_charts()
+        if charts is not None and message.view.todo is not None \
+                and message.view.todo.num == charts.num:
+            charts.show(message.view)
 
     def on_replay_loaded(self, message: ReplayLoaded) -> None:
         if self.replay_screen is not None:
@@ -188,7 +218,7 @@ class HarnessApp(App[None]):
         self.notify(message.text, severity=message.severity, markup=False)  # type: ignore[arg-type]
         if message.session is not None:
             self.switch_session(message.session)
-        if message.select is not None:
+        if message.select is not None and self.board_screen.ready:
             self.board_screen.query_one(Board).select(message.select)
 
     def on_settled(self, message: Settled) -> None:

@@ -11,6 +11,8 @@ terminal is a websocket. We add what it leaves to its user:
   be able to drive the board (the browser sends cookies with a cross-site websocket);
 - **URLs from the request**: the page is told to connect back to the host and port the
   browser used, so an SSH tunnel to another local port works;
+- **no request to another site**: the page's font comes from the server's own static files,
+  not Google Fonts, so the board works on a machine without internet access;
 - **a banner of URLs that work**: textual-serve prints its own, with a URL that has no
   token (it answers 403), before the port is even bound. Ours replaces it, printed once
   the port listens: each URL with its token (:meth:`WebBoard.urls`).
@@ -26,6 +28,7 @@ import asyncio
 import hmac
 import ipaddress
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -37,7 +40,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from textual_serve.server import Server
 
-__all__ = ["COOKIE", "WebBoard", "is_loopback", "new_token"]
+__all__ = ["COOKIE", "WebBoard", "is_loopback", "local_font", "new_token"]
 
 COOKIE = "harness_web"
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -70,6 +73,8 @@ class WebBoard(Server):
         super().__init__(child_command(), host=host, port=port, title=title)
         self.token = token
         self._listening = listening
+        #: the signal that stopped serving (SIGINT for Ctrl-C), for the exit code
+        self.stopped_by: signal.Signals | None = None
 
     def urls(self) -> list[str]:
         """The URLs a browser can open, each with the token: the address served, or for a
@@ -94,10 +99,15 @@ class WebBoard(Server):
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.request_exit)
+            loop.add_signal_handler(sig, self._stop, sig)
         # No access log: its lines would repeat the token of every request's URL.
         web.run_app(self._make_app(), host=self.host, port=self.port, handle_signals=False,
                     loop=loop, print=self._bound, access_log=None)
+
+    def _stop(self, sig: signal.Signals) -> None:
+        if self.stopped_by is None:
+            self.stopped_by = sig
+        self.request_exit()
 
     def _bound(self, _aiohttp_banner: str) -> None:
         if self._listening is not None:
@@ -134,7 +144,26 @@ class WebBoard(Server):
         # The page must connect back where the browser is (a tunnel's local port, say),
         # not where the server bound: textual-serve builds its URLs from public_url.
         self.public_url = f"{request.scheme}://{request.host}"
-        return await super().handle_index(request)
+        response = await super().handle_index(request)
+        if isinstance(response, web.Response) and response.text:
+            response.text = local_font(response.text, f"{self.public_url}/static/")
+        return response
+
+
+# textual-serve's page asks Google Fonts for Roboto Mono, which a machine without internet
+# access (or a careful user) never reaches; the same font ships in its static folder.
+_GOOGLE_FONT = re.compile(r"<link\b[^>]*fonts\.googleapis\.com[^>]*>", re.IGNORECASE)
+_FONT_FILES = (("normal", "RobotoMono-VariableFont_wght.ttf"),
+               ("italic", "RobotoMono-Italic-VariableFont_wght.ttf"))
+
+
+def local_font(page: str, static_url: str) -> str:
+    """``page`` with its Google Fonts link replaced by the same font from ``static_url``."""
+    faces = "".join(
+        f'@font-face {{ font-family: "Roboto Mono"; font-style: {style}; '
+        f'font-weight: 100 700; src: url("{static_url}fonts/{name}") format("truetype"); }}'
+        for style, name in _FONT_FILES)
+    return _GOOGLE_FONT.sub(lambda _m: f"<style>{faces}</style>", page)
 
 
 def _same_origin(request: web.Request) -> bool:

@@ -15,26 +15,35 @@ from typing import Any
 from harness.charts.model import Chart, Line
 
 MIN_LEGEND_WIDTH = 44  # narrower than this, a legend would cover the lines
+# Without colour, each line (and each bar of a group) draws with a glyph of its own, so the
+# legend still tells them apart; with colour, lines are braille dots, told apart by colour.
+GLYPHS = ("•", "+", "x", "o", "*", "#", "=", "%", "@", "~")
+BAR_GLYPHS = ("█", "▒", "░", "#", "=", "+", "x", "o", "*", "%")
 
 
-def draw(fig: Any, chart: Chart, *, title: bool = True, legend: bool = True) -> None:
+def draw(fig: Any, chart: Chart, *, title: bool = True, legend: bool = True,
+         colour: bool = True) -> None:
     """Draw ``chart`` on plotext figure ``fig`` (already cleared and sized)."""
     several = len(chart.lines) > 1
+    plain = several and not colour
     if chart.categorical:
         cats = list(chart.categories)
         rows = [_by_category(line, cats) for line in chart.lines]
         if several:
             fig.multiple_bar(cats, rows, labels=[line.name for line in chart.lines]
-                             if legend else None)
+                             if legend else None,
+                             marker=[BAR_GLYPHS[i % len(BAR_GLYPHS)] for i in range(len(rows))]
+                             if plain else None)
         else:
             fig.bar(cats, rows[0])
     else:
-        for line in chart.lines:
+        for i, line in enumerate(chart.lines):
             xs, ys = _drawn(line.xs, line.ys)
             if not xs:
                 continue
             label = line.name if legend and several else None
-            fig.plot(xs, ys, marker="braille", label=label)
+            fig.plot(xs, ys, marker=GLYPHS[i % len(GLYPHS)] if plain else "braille",
+                     label=label)
             if line.has_spread:  # min to max of the trials, as an error bar
                 spans = [(float(x), lo, hi) for x, lo, hi in zip(line.xs, line.lo, line.hi,
                                                                  strict=True)
@@ -96,7 +105,7 @@ def render(chart: Chart, width: int, height: int, *, colour: bool = True,
     plt.clear_figure()
     plt.theme("pro" if colour else "clear")
     plt.plotsize(width, height)
-    draw(plt, chart, title=title, legend=width >= MIN_LEGEND_WIDTH)
+    draw(plt, chart, title=title, legend=width >= MIN_LEGEND_WIDTH, colour=colour)
     text = plt.build()
     return text if colour else plt.uncolorize(text)
 

@@ -14,7 +14,7 @@ import click
 from harness.charts.model import charts, label_text, summaries
 from harness.charts.targets import Target, recorded, resolve
 from harness.cli.common import common_options, emit_json, harness, json_option
-from harness.errors import UsageError
+from harness.errors import HarnessError, UsageError
 from harness.render import aligned, safe_line
 
 PLOT_HEIGHT = 16
@@ -106,7 +106,9 @@ def _colour(choice: bool | None) -> bool:
 @click.option("--height", type=click.IntRange(8, 200), default=PLOT_HEIGHT,
               show_default=True, metavar="N", help="Lines per chart.")
 @click.option("--color/--no-color", "colour", default=None,
-              help="Colours (default: when stdout is a terminal and NO_COLOR is unset).")
+              help="Colours (default: when stdout is a terminal and NO_COLOR is unset); "
+                   "without them, each line of a chart draws with a glyph of its own "
+                   "(•, +, x, ...) named in its legend.")
 @common_options
 def plot(todo_id: str, names: tuple[str, ...], others: tuple[str, ...], width: int | None,
          height: int, colour: bool | None) -> None:
@@ -175,8 +177,9 @@ def report(html_path: Path, history: int) -> None:
     try:
         html_path.write_text(page, encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"cannot write the report ({exc.strerror})",
-                         where=str(html_path)) from None
+        # A path that cannot be written is the user's to fix (1), not a misused flag (2).
+        raise HarnessError(f"cannot write the report ({exc.strerror or exc})",
+                           where=str(html_path)) from None
     click.echo(f"{html_path}: session {sess.name}, {len(page.encode()) // 1024 + 1} KiB")
 
 

@@ -1,8 +1,9 @@
 """The ``harness`` entry point, and the one place errors are rendered.
 
 Exit codes: 0 ok, 1 an error you can act on, 2 usage, 3 a database or host that cannot be
-reached, 4 a timeout, 130 interrupted (129/143: SIGHUP/SIGTERM to ``harness run``). Errors
-are one plain line on stderr; ``--json`` output goes to stdout.
+reached, 4 a timeout, 130 interrupted (129/143: SIGHUP/SIGTERM to ``harness run``, 143:
+SIGTERM to ``harness tui --web``). Errors are one plain line on stderr; ``--json`` output
+goes to stdout.
 
 The commands an agent runs on every todo change (``todowrite``, ``todoread``, ``next``,
 ``harness hook ...``) are parsed and run by :mod:`harness.cli.hot` without importing

@@ -7,12 +7,13 @@ without loading Textual (``tests/test_layers.py`` checks this).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import click
 
 from harness.cli.common import common_options, harness
-from harness.errors import HarnessError, UsageError
+from harness.errors import HarnessError, Interrupted, Terminated, UsageError
 
 # textual-serve starts the app with this driver; its terminal is then a websocket, not a tty.
 _WEB_DRIVER = "textual.drivers.web_driver:WebDriver"
@@ -73,6 +74,8 @@ def tui(replay: bool, web: bool, host: str, port: int, token: str | None,
     app.run()
     # Let the store thread finish before the CLI closes the store under it.
     app.io.stopped.wait(2.0)
+    if app.crash is not None:  # one line here; the traceback went to the log it names
+        raise HarnessError(app.crash.message(), hint=app.crash.hint())
 
 
 def _serve_web(store: str, session: str, *, host: str, port: int, token: str | None,
@@ -113,6 +116,13 @@ def _serve_web(store: str, session: str, *, host: str, port: int, token: str | N
     except OSError as exc:
         raise HarnessError(f"cannot listen on {host}:{port} ({exc.strerror or exc})",
                            hint="choose another --port, or stop what holds it") from None
+    # Stopping the server is how it ends, yet the shell is told how it was stopped:
+    # 130 for Ctrl-C, 143 for SIGTERM (README, "Exit codes").
+    if board.stopped_by == signal.SIGINT:
+        raise Interrupted("interrupted: the board is no longer served")
+    if board.stopped_by is not None:
+        raise Terminated(f"terminated ({board.stopped_by.name}): the board is no longer "
+                         "served", signum=int(board.stopped_by))
 
 
 def register(cli: click.Group) -> None:

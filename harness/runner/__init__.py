@@ -21,6 +21,8 @@ Where each part lives:
 - :mod:`.evidence` — what decides a finished job's status: checks, outputs, gates, and the
   verification row they leave;
 - :mod:`.logs` — a job's log from the host into the store: whole characters, secrets masked;
+- :mod:`.threads` — how many CPU threads a stage on this machine gets, among the other
+  work and the other stages running here;
 - :mod:`.ownership` — which runner owns a run, and the key of its job on the host;
 - :mod:`.control` — what works outside a running loop: cancel, status, starting one stage
   in the background.

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.render import safe_line
+from harness.runner import threads
 from harness.runner.deadline import EtaWatch, duration, stage_scale, stage_timeout
 from harness.runner.evidence import Judgement, checks_failed_alone, judge, record_verification
 from harness.runner.logs import LOG_FLUSH_BYTES, LOG_FLUSH_SECONDS, Chunk, LogReader
@@ -98,6 +99,11 @@ class Supervisor:
     # -- starting ------------------------------------------------------------------------
     def attempt(self, stage: Stage, host: HostSpec, todo: int, run: RunState) -> Outcome:
         """Start the run's job on ``host`` and watch it to its end."""
+        with threads.claim(stage, host) as share:  # held while the job runs
+            return self._attempt(stage, host, todo, run, share)
+
+    def _attempt(self, stage: Stage, host: HostSpec, todo: int, run: RunState,
+                 share: threads.Share) -> Outcome:
         key = run.job["key"] if run.job else job_key(self.store, run.id)
         # servers that serve stages upstream started without waiting must answer first
         why = await_servers(self.store, self.sid, self.spec, stage, executor=self.executor,
@@ -111,7 +117,7 @@ class Supervisor:
             # `run:` stage can reach the same packages without knowing where they live.
             env = stage.env_for(host, {"HARNESS_RUN_ID": f"r{run.id}",
                                        "HARNESS_STAGE": stage.name,
-                                       "HARNESS_PYTHON": host.python})
+                                       "HARNESS_PYTHON": host.python, **share.env})
             code_hash = None
             if stage.is_builtin:
                 code_hash, env = self._code(ex, host, env)
@@ -122,8 +128,9 @@ class Supervisor:
             return self.end(stage, todo, run.id, "failed", None,
                             f"could not start on {host.label}: {exc}")
         how = "re-attached to" if handle.attached else "started"
+        cpu = f"; {share.line()}" if share.line() else ""
         self.out(f"[{stage.name}] t{todo} {how} r{run.id} on {host.label} "
-                 f"(attempt {run.attempt}, {handle.ident})")
+                 f"(attempt {run.attempt}, {handle.ident}{cpu})")
         self._running(run, handle, code_hash)
         return self.watch(stage, todo, run.id, ex, handle)
 

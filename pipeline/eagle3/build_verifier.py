@@ -24,7 +24,7 @@ import random
 from pathlib import Path
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
-from pipeline.eagle3.common import Progress, atomic_write_text, log, pick_device
+from pipeline.eagle3.common import Progress, atomic_write_text, log, pick_device, use_threads
 from pipeline.eagle3.text import synthetic
 from pipeline.eagle3.text.chat import THINK_CLOSE, THINK_OPEN, think_problem
 from pipeline.errors import ActionError
@@ -299,7 +299,7 @@ def _reasoning_rate(model, tok, tasks) -> tuple[float, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_action(ACTION, run, build_parser(), argv)
+    return run_action(ACTION, run, build_parser(), argv, setup=use_threads)
 
 
 if __name__ == "__main__":

@@ -135,6 +135,29 @@ class Progress:
         return time.perf_counter() - self.start
 
 
+def use_threads(_args: Any = None) -> None:
+    """Give torch the thread count the stage was given (``--threads``, or
+    ``OMP_NUM_THREADS``, which ``harness run`` sets for a CPU stage on its own machine), for
+    its intra-op and inter-op pools alike, and say so in the log. Given none, torch keeps
+    its own choice (one thread per core), and the log says that too."""
+    import torch
+
+    text = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if not text.isdigit() or int(text) < 1:
+        log(f"threads: {torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} "
+            "inter-op (torch's choice: OMP_NUM_THREADS is not set)")
+        return
+    n = int(text)
+    torch.set_num_threads(n)
+    try:
+        torch.set_num_interop_threads(n)
+    except RuntimeError:  # only before inter-op work starts; it has, so it keeps its own
+        pass
+    why = os.environ.get("HARNESS_THREADS_WHY") or f"OMP_NUM_THREADS={n}"
+    log(f"threads: {torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} "
+        f"inter-op ({why})")
+
+
 def pick_device(name: str = "auto") -> Any:
     import torch
 

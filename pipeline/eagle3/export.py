@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
+from pipeline.eagle3.common import use_threads
 from pipeline.eagle3.model.drafter_files import EAGLE_ARCH, SPECULATORS_ARCHS
 from pipeline.errors import ActionError
 
@@ -224,7 +225,7 @@ def run(args: argparse.Namespace) -> StageResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_action(ACTION, run, build_parser(), argv)
+    return run_action(ACTION, run, build_parser(), argv, setup=use_threads)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from pipeline.eagle3.common import (
     pick_device,
     pick_dtype,
     read_jsonl,
+    use_threads,
 )
 from pipeline.eagle3.hardware.distributed import rank
 from pipeline.eagle3.hardware.placement import add_placement_args, placement_from_args
@@ -214,6 +215,7 @@ def _run_local(args: argparse.Namespace, todo: list[Prompt], out: Path,
 
     from pipeline.eagle3.hardware.memory_plan import Workload, load_placed
 
+    use_threads()  # here, not for every backend: --backend openai needs no torch
     placement = placement_from_args(args, pick_device(args.device))
     tok = load_tokenizer(Path(args.verifier))
     tok.padding_side = "left"

@@ -52,6 +52,7 @@ from pipeline.eagle3.common import (
     log,
     pick_device,
     pick_dtype,
+    use_threads,
     verifier_config,
 )
 from pipeline.eagle3.hardware.memory_plan import Workload, load_placed, measured_peaks, peaks_line
@@ -371,7 +372,7 @@ def extract(model: Any, tokens: dict[str, Any], plan: list[tuple[int, int]], tod
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_action(ACTION, run, build_parser(), argv)
+    return run_action(ACTION, run, build_parser(), argv, setup=use_threads)
 
 
 if __name__ == "__main__":

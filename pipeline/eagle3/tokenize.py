@@ -31,6 +31,7 @@ from pipeline.eagle3.common import (
     log,
     read_jsonl,
     resolve_jsonl,
+    use_threads,
     verifier_config,
 )
 from pipeline.eagle3.text.datafiles import write_freqs, write_tokens
@@ -184,7 +185,7 @@ def run(args: argparse.Namespace) -> StageResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_action(ACTION, run, build_parser(), argv)
+    return run_action(ACTION, run, build_parser(), argv, setup=use_threads)
 
 
 if __name__ == "__main__":

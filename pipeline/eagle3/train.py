@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, json_arg, make_parser, run_action
-from pipeline.eagle3.common import DTYPES, atomic_write_text, guard_config, log
+from pipeline.eagle3.common import DTYPES, atomic_write_text, guard_config, log, use_threads
 from pipeline.eagle3.hardware.distributed import Dist, wrap_ddp
 from pipeline.eagle3.hardware.placement import add_placement_args
 from pipeline.eagle3.model.peagle import METHODS
@@ -457,7 +457,7 @@ def _resume(out: Path, drafter, optimizer, scheduler, device) -> tuple[int, list
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_action(ACTION, run, build_parser(), argv)
+    return run_action(ACTION, run, build_parser(), argv, setup=use_threads)
 
 
 if __name__ == "__main__":

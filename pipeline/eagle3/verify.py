@@ -46,10 +46,12 @@ from pipeline.actions import (
     check_status,
     json_arg,
     make_parser,
+    parse_args,
     print_checks,
     table_note,
     write_result,
 )
+from pipeline.eagle3.common import use_threads
 from pipeline.eagle3.hardware.placement import add_placement_args
 from pipeline.errors import ActionError
 from pipeline.series import emit
@@ -89,7 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compute dtype of the functional checks (float32 keeps greedy "
                         "ties rare; auto is bf16 on a GPU)")
     add_placement_args(p, tp=False)
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's choice)")
     p.add_argument("--seed", type=int, default=0, help="seed of the untrained baseline")
     p.add_argument("--vllm-python", default=None,
                    help="interpreter of the vLLM that will serve (default: this one)")
@@ -195,8 +196,6 @@ def _functional(args: argparse.Namespace, checkpoint: Path, layout: Any,
     from pipeline.eagle3.hardware.placement import placement_from_args
     from pipeline.eagle3.text.heldout import load_heldout
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     placement = placement_from_args(args, pick_device(args.device))
     device = placement.device
     dtype = pick_dtype(args.dtype, device)
@@ -254,11 +253,11 @@ def _series(metrics: dict[str, Any], checkpoint: Path, previous: Path | None) ->
 def main(argv: list[str] | None = None) -> int:
     """Like :func:`pipeline.actions.run_action`, plus ``--json``: the result on stdout,
     everything else on stderr."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(build_parser(), argv)
     out = sys.stdout
     try:
         with redirect_stdout(sys.stderr if args.json else sys.stdout):
+            use_threads(args)
             result = run(args)
             print_checks(result.checks)
             print(result.summary, flush=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
-from pipeline.eagle3.common import verifier_config
+from pipeline.eagle3.common import use_threads, verifier_config
 from pipeline.eagle3.text.datafiles import mapping_problem, read_freqs, write_vocab
 from pipeline.errors import ActionError
 
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> StageResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_action(ACTION, run, build_parser(), argv)
+    return run_action(ACTION, run, build_parser(), argv, setup=use_threads)
 
 
 if __name__ == "__main__":

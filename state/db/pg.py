@@ -128,8 +128,17 @@ INSTALL_HINT = "install the postgres extra: pip install -e '.[postgres]'"
 
 
 def missing_driver(name: str | None, where: str) -> StoreUnavailable:
-    """The one-line error for a PostgreSQL URL in a Python without its driver."""
-    return StoreUnavailable(f"the PostgreSQL driver is not installed ({name or 'psycopg2'})",
+    """The one-line error for a PostgreSQL URL in a Python without its driver. The URL it
+    prints names the driver it names: ``postgresql://`` (psycopg2's, as SQLAlchemy reads it)
+    for the everyday route, ``postgresql+psycopg://`` for the engine's psycopg 3."""
+    module = (name or "psycopg2").split(".")[0]
+    if module == "psycopg2":
+        if where.startswith(DRIVER + "://"):
+            where = "postgresql://" + where[len(DRIVER) + 3:]
+        driver_name = "psycopg2"
+    else:
+        driver_name = "psycopg 3" if module.startswith("psycopg") else module
+    return StoreUnavailable(f"the PostgreSQL driver {driver_name} is not installed",
                             where=where, hint=INSTALL_HINT)
 
 

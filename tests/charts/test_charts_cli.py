@@ -70,6 +70,12 @@ def test_plot_draws_each_metric_and_compares_with_another_session(recorded: Stor
     assert "position 1" in r.out and "untrained" in r.out
     assert sum(0x2801 <= ord(c) < 0x2900 for c in r.out) > 20  # lines drawn in braille
     assert all(len(line) <= 60 for line in r.out.splitlines()[1:])
+    # without colour, the two positions' lines are told apart by their glyphs
+    accuracy = r.out[r.out.index("accuracy by epoch"):r.out.index("tau by checkpoint")]
+    assert "•• position 1" in accuracy and "++ position 2" in accuracy, accuracy
+    drawn = "".join(ln.split("┤", 1)[-1] for ln in accuracy.splitlines()
+                    if "position" not in ln)
+    assert drawn.count("•") > 5 and drawn.count("+") > 5, accuracy
 
     r = cli(["--session", "s", "plot", "mine", "loss", "--compare", "lastweek:mine",
              "--color", "--width", "70"])

@@ -1,5 +1,5 @@
-"""A PostgreSQL URL in a Python without the postgres extra: one line naming the extra, exit
-3, for every route (psycopg2's everyday one, the engine's psycopg 3), and no traceback
+"""A PostgreSQL URL in a Python without the postgres extra: one line naming the extra and
+the missing driver, with the URL as that driver reads it, exit 3, for every route (psycopg2's everyday one, the engine's psycopg 3), and no traceback
 from the error handler looking for the missing driver's error classes."""
 
 from __future__ import annotations
@@ -32,5 +32,10 @@ def test_a_missing_driver_is_one_line_naming_the_extra(tmp_path: Path, url: str,
     err = proc.stderr.decode()
     assert proc.returncode == 3, err
     assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert "the PostgreSQL driver is not installed (psycopg" in err
     assert "pip install -e '.[postgres]'" in err
+    # the URL printed names the driver the line names
+    if "the PostgreSQL driver psycopg2 is not installed" in err:
+        assert err.startswith("error: postgresql://me@"), err
+    else:
+        assert "the PostgreSQL driver psycopg 3 is not installed" in err, err
+        assert err.startswith("error: postgresql+psycopg://me@"), err

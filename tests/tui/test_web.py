@@ -13,6 +13,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -110,12 +111,16 @@ class WebServer:
         return url
 
     def request(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        status, headers_, _body = self.get(path, headers)
+        return status, headers_
+
+    def get(self, path: str, headers: dict[str, str] | None = None
+            ) -> tuple[int, Any, bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
             conn.request("GET", path, headers=headers or {})
             resp = conn.getresponse()
-            resp.read()
-            return resp.status, resp.headers
+            return resp.status, resp.headers, resp.read()
         finally:
             conn.close()
 
@@ -170,12 +175,16 @@ class PageScreen:
         return "\n".join(self.screen.display) if self.screen is not None else ""
 
 
-def _open_board(pw: Any, server: WebServer, screen: PageScreen) -> tuple[Any, Any]:
-    """Chromium with the board's page open, its terminal read into ``screen``."""
+def _open_board(pw: Any, server: WebServer, screen: PageScreen,
+                requested: list[str] | None = None) -> tuple[Any, Any]:
+    """Chromium with the board's page open, its terminal read into ``screen`` (and every
+    URL the page asks for into ``requested``)."""
     browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.on("websocket", screen.attach)
+        if requested is not None:
+            page.on("request", lambda request: requested.append(request.url))
         page.goto(server.url)  # as printed: with the token
     except BaseException:
         browser.close()
@@ -200,11 +209,17 @@ def test_the_board_in_chromium_marks_a_todo_and_shows_another_process_write(
 
     store, sid = campaign.store, campaign.session_id
     screen = PageScreen()
+    requested: list[str] = []
     with sync_playwright() as pw:
-        browser, page = _open_board(pw, server, screen)
+        browser, page = _open_board(pw, server, screen, requested)
         try:
             _wait(page, lambda: "Pending (3)" in screen.text() and "6/11 done" in screen.text(),
                   "the board", screen.text, timeout=120)
+            # everything the page loaded (its font too) came from the server: it works
+            # on a machine without internet access
+            assert requested and {urlsplit(u).netloc for u in requested} == {
+                f"127.0.0.1:{server.port}"}, requested
+            assert any(u.endswith(".ttf") for u in requested), requested
             page.click("#terminal")
             # The board opens on t6 (in progress); down twice is t11, pending.
             page.keyboard.press("j")
@@ -305,6 +320,20 @@ def test_the_page_and_its_websocket_need_the_token_and_the_same_origin(
     assert server.request("/ws", _ws_headers(same, None))[0] == 403
     assert server.request("/ws", _ws_headers("http://evil.example", auth))[0] == 403
     assert server.request("/ws", _ws_headers(same, auth))[0] == 101
+
+
+def test_the_page_asks_no_other_site_for_its_font(server: WebServer) -> None:
+    status, _headers, body = server.get(f"/?token={TOKEN}")
+    assert status == 200
+    page = body.decode()
+    assert "googleapis" not in page and "gstatic" not in page
+    fonts = re.findall(r'url\("([^"]+\.ttf)"\)', page)
+    assert len(fonts) == 2, page[:2000]  # Roboto Mono, upright and italic
+    for url in fonts:
+        parts = urlsplit(url)
+        assert parts.netloc == f"127.0.0.1:{server.port}", url
+        status, _headers, data = server.get(parts.path)  # static: no token needed
+        assert status == 200 and len(data) > 10_000, (url, status)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -67,6 +67,9 @@ class BoardScreen(Screen[None]):
         self._early_series.clear()
         self.set_interval(1.0, self.tick)
 
+    def on_unmount(self) -> None:
+        self._ready = False  # as the app ends: what the store thread still sends is dropped
+
     # -- fed by the app --------------------------------------------------------------------
     def show_board(self, view: BoardView) -> None:
         previous, self.board_view = self.board_view, view

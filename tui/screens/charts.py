@@ -40,6 +40,10 @@ class ChartScreen(Screen[None]):
         self.view: ChartsView | None = None
         self.runs: list[RunSeries] = []
         self._shown: list[str] = []  # the metrics charted, in order
+        # Between mount and unmount only: what arrives before is kept for on_mount, and
+        # what arrives after (the store thread does not know the screen closed) is dropped.
+        # (Textual's is_mounted stays true once a screen has been removed.)
+        self._ready = False
 
     @property
     def harness(self) -> ScreenHost:
@@ -53,13 +57,18 @@ class ChartScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._ready = True
         self.query_one("#charts").focus()
         self._layout()
         if self.view is not None:
             self.show(self.view)
 
+    def on_unmount(self) -> None:
+        self._ready = False
+
     def on_resize(self) -> None:
-        self._layout()
+        if self._ready:
+            self._layout()
 
     def _layout(self) -> None:
         self.query_one("#charts-grid").set_class(self.size.width >= WIDE, "wide")
@@ -67,7 +76,7 @@ class ChartScreen(Screen[None]):
     def show(self, view: ChartsView) -> None:
         self.view = view
         self.runs = list(view.runs)
-        if self.is_mounted:
+        if self._ready:
             self._draw()
 
     def add_points(self, update: SeriesUpdate) -> None:
@@ -83,7 +92,7 @@ class ChartScreen(Screen[None]):
                 break
         else:
             self.runs.append(RunSeries(update.run_id, f"r{update.run_id}", update.points))
-        if self.is_mounted:
+        if self._ready:
             self._draw()
 
     def _draw(self) -> None:
@@ -117,7 +126,7 @@ class ChartScreen(Screen[None]):
             self.query_one(f"#chart-{i}", SeriesChart).show(chart)
 
     def action_close(self) -> None:
-        self.app.pop_screen()
+        self.dismiss()  # the app's callback stops sending this screen the series
 
     def action_help(self) -> None:
         self.harness.show_help(CHART_KEYS, "Charts")

@@ -51,6 +51,9 @@ class ReplayScreen(Screen[None]):
         if self.view is not None:
             self.show(self.view)
 
+    def on_unmount(self) -> None:
+        self._ready = False  # a view that arrives after leaving is not drawn
+
     def show(self, view: ReplayView) -> None:
         self.view = view
         if not self._ready:

@@ -127,7 +127,7 @@ def test_put_and_get_50_mb_with_checksum(any_ssh_host: HostSpec, tmp_path: Path)
 
 def test_home_and_tilde_workdir(any_sshd: SSHServer) -> None:
     with SSHExecutor(any_sshd.host_spec(workdir="~")) as ex:
-        assert ex.workdir == ex.home() == os.path.expanduser("~")
+        assert ex.workdir == ex.home() == any_sshd.login_home
         assert ex.resolve("~/x") == os.path.join(ex.home(), "x")
 
 
@@ -136,7 +136,7 @@ def test_no_sftp_is_said_once_and_files_still_move(sshd_no_sftp: SSHServer,
     notes: list[str] = []
     host = sshd_no_sftp.host_spec(workdir=str(tmp_path / "remote"))
     with SSHExecutor(host, notify=notes.append) as ex:
-        assert ex.home() == os.path.expanduser("~")  # found over an exec channel
+        assert ex.home() == sshd_no_sftp.login_home  # found over an exec channel
         src = tmp_path / "a.bin"
         src.write_bytes(bytes(range(256)) * 1000 + b"\r\n\x00tail")
         remote = ex.put(src, "in/a.bin")
