@@ -29,8 +29,8 @@ from pipeline.served_gates import SERVED_ACTION, SERVED_KEYS, not_a_gate
 
 __all__ = ["ACTION_ALIASES", "ACTION_METRICS", "REQUIRE_VLLM", "TABLE_CHECKS", "ActionError",
            "Check", "StageResult", "canonical_action", "check_status", "declares_metric",
-           "gate_metric", "gate_problem", "params_to_argv", "parse_args", "run_action",
-           "table_note", "undeclared_metrics"]
+           "gate_metric", "gate_problem", "params_to_argv", "run_action", "table_note",
+           "undeclared_metrics"]
 
 RESULT_SCHEMA = 1
 
@@ -345,11 +345,6 @@ def make_parser(action: str, description: str) -> argparse.ArgumentParser:
                                      description=description)
     parser.add_argument("--result", type=Path, default=None,
                         help="write the stage result (JSON) here; the harness reads it back")
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="CPU threads: OMP_NUM_THREADS for this stage and what it starts, "
-                             "and torch's intra-op and inter-op threads (default: "
-                             "OMP_NUM_THREADS, which `harness run` sets for a CPU stage on "
-                             "its own machine to fit the cores other work leaves)")
     return parser
 
 
@@ -377,20 +372,6 @@ def print_checks(checks: Iterable[Check], out: Callable[[str], None] = print) ->
         out(f"check {mark} {c.name}:{extra} {c.message}".rstrip())
 
 
-def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """The action's arguments; ``--threads N`` also becomes ``OMP_NUM_THREADS`` for this
-    process (torch reads it as it starts) and for what it starts (vLLM)."""
-    args = parser.parse_args(argv)
-    threads = getattr(args, "threads", None)
-    if threads is not None:
-        if threads < 1:
-            parser.error(f"--threads {threads}: give at least 1")
-        if os.environ.get("OMP_NUM_THREADS") != str(threads):  # else the runner's reason
-            os.environ["OMP_NUM_THREADS"] = str(threads)
-            os.environ["HARNESS_THREADS_WHY"] = f"--threads {threads}"
-    return args
-
-
 def run_action(action: str, fn: Callable[[argparse.Namespace], StageResult],
                parser: argparse.ArgumentParser, argv: list[str] | None = None, *,
                setup: Callable[[argparse.Namespace], None] | None = None) -> int:
@@ -400,7 +381,7 @@ def run_action(action: str, fn: Callable[[argparse.Namespace], StageResult],
     user gets the same verdict the runner does. ``setup`` runs first (the torch stages'
     threads: ``pipeline.eagle3.common.use_threads``).
     """
-    args = parse_args(parser, argv)
+    args = parser.parse_args(argv)
     try:
         if setup is not None:
             setup(args)

@@ -24,7 +24,14 @@ import random
 from pathlib import Path
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
-from pipeline.eagle3.common import Progress, atomic_write_text, log, pick_device, use_threads
+from pipeline.eagle3.common import (
+    Progress,
+    add_threads_arg,
+    atomic_write_text,
+    log,
+    pick_device,
+    use_threads,
+)
 from pipeline.eagle3.text import synthetic
 from pipeline.eagle3.text.chat import THINK_CLOSE, THINK_OPEN, think_problem
 from pipeline.errors import ActionError
@@ -84,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-reasoning-rate", type=float, default=0.9)
     p.add_argument("--device", default="cpu")
     add_bool_arg(p, "threads-one", False, "use one intra-op thread (bit-stable across machines)")
+    add_threads_arg(p)
     return p
 
 

@@ -135,25 +135,45 @@ class Progress:
         return time.perf_counter() - self.start
 
 
-def use_threads(_args: Any = None) -> None:
-    """Give torch the thread count the stage was given (``--threads``, or
+def add_threads_arg(parser: Any) -> None:
+    """``--threads N`` for a stage that runs torch on the CPU."""
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="CPU threads for torch's intra-op and inter-op pools (default: "
+                             "OMP_NUM_THREADS, which `harness run` sets for a CPU stage on its "
+                             "own machine to fit the cores other work leaves; else torch's "
+                             "choice)")
+
+
+def use_threads(args: Any = None) -> None:
+    """Give torch the thread count the stage was given (``--threads``, else
     ``OMP_NUM_THREADS``, which ``harness run`` sets for a CPU stage on its own machine), for
     its intra-op and inter-op pools alike, and say so in the log. Given none, torch keeps
-    its own choice (one thread per core), and the log says that too."""
+    its own choice (one thread per core), and the log says that too. It reads the
+    environment and never writes it: tests run stages in-process, and one stage's count
+    must not become the next one's.
+    """
     import torch
 
+    given = getattr(args, "threads", None)
     text = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if not text.isdigit() or int(text) < 1:
+    if given is not None:
+        if given < 1:
+            raise ActionError(f"--threads {given}: give at least 1")
+        n = given
+        why = (os.environ.get("HARNESS_THREADS_WHY") if text == str(n) else None) \
+            or f"--threads {n}"
+    elif text.isdigit() and int(text) >= 1:
+        n = int(text)
+        why = os.environ.get("HARNESS_THREADS_WHY") or f"OMP_NUM_THREADS={n}"
+    else:
         log(f"threads: {torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} "
             "inter-op (torch's choice: OMP_NUM_THREADS is not set)")
         return
-    n = int(text)
     torch.set_num_threads(n)
     try:
         torch.set_num_interop_threads(n)
     except RuntimeError:  # only before inter-op work starts; it has, so it keeps its own
         pass
-    why = os.environ.get("HARNESS_THREADS_WHY") or f"OMP_NUM_THREADS={n}"
     log(f"threads: {torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} "
         f"inter-op ({why})")
 

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
-from pipeline.eagle3.common import use_threads
+from pipeline.eagle3.common import add_threads_arg, use_threads
 from pipeline.eagle3.model.drafter_files import EAGLE_ARCH, SPECULATORS_ARCHS
 from pipeline.errors import ActionError
 
@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="verifier name or path recorded in the config (default: training's)")
     p.add_argument("--speculative-tokens", type=int, default=3,
                    help="speculators format: proposal length recorded in the config")
+    add_threads_arg(p)
     return p
 
 

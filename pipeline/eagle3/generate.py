@@ -34,6 +34,7 @@ from pipeline.actions import StageResult, make_parser, run_action
 from pipeline.eagle3.common import (
     DTYPES,
     Progress,
+    add_threads_arg,
     atomic_write_text,
     guard_config,
     load_tokenizer,
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: yes when the verifier's tokenizer knows <think>, else when any "
                         "sample reasoned")
     p.add_argument("--min-reasoning-capture", type=float, default=1.0)
+    add_threads_arg(p)
     return p
 
 
@@ -215,7 +217,7 @@ def _run_local(args: argparse.Namespace, todo: list[Prompt], out: Path,
 
     from pipeline.eagle3.hardware.memory_plan import Workload, load_placed
 
-    use_threads()  # here, not for every backend: --backend openai needs no torch
+    use_threads(args)  # here, not for every backend: --backend openai needs no torch
     placement = placement_from_args(args, pick_device(args.device))
     tok = load_tokenizer(Path(args.verifier))
     tok.padding_side = "left"

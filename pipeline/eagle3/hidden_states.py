@@ -44,6 +44,7 @@ from pipeline.actions import StageResult, add_bool_arg, json_arg, make_parser, r
 from pipeline.eagle3.common import (
     DTYPES,
     Progress,
+    add_threads_arg,
     atomic_write_text,
     choose_aux_layers,
     config_hash,
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bool_arg(v, "enforce-eager", False,
                  "skip vLLM's torch.compile and CUDA graphs (faster start, slower run)")
     add_bool_arg(v, "trust-remote-code", False, "let vLLM run the checkpoint's own code")
+    add_threads_arg(p)
     return p
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
 from pipeline.eagle3.common import (
     Progress,
+    add_threads_arg,
     guard_config,
     load_tokenizer,
     log,
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=("chat", "completion"), default="chat")
     p.add_argument("--max-length", type=int, default=4096, help="tokens kept per sample")
     add_bool_arg(p, "add-eos", True, "completion mode: end each sample with the EOS token")
+    add_threads_arg(p)
     return p
 
 

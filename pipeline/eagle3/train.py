@@ -47,7 +47,14 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, json_arg, make_parser, run_action
-from pipeline.eagle3.common import DTYPES, atomic_write_text, guard_config, log, use_threads
+from pipeline.eagle3.common import (
+    DTYPES,
+    add_threads_arg,
+    atomic_write_text,
+    guard_config,
+    log,
+    use_threads,
+)
 from pipeline.eagle3.hardware.distributed import Dist, wrap_ddp
 from pipeline.eagle3.hardware.placement import add_placement_args
 from pipeline.eagle3.model.peagle import METHODS
@@ -126,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "compares runs of different world sizes at the same global batch")
     p.add_argument("--min-acc1", type=float, default=0.0,
                    help="fail unless held-out position-1 accuracy reaches this")
+    add_threads_arg(p)
     return p
 
 

@@ -46,12 +46,11 @@ from pipeline.actions import (
     check_status,
     json_arg,
     make_parser,
-    parse_args,
     print_checks,
     table_note,
     write_result,
 )
-from pipeline.eagle3.common import use_threads
+from pipeline.eagle3.common import add_threads_arg, use_threads
 from pipeline.eagle3.hardware.placement import add_placement_args
 from pipeline.errors import ActionError
 from pipeline.series import emit
@@ -103,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "fail when no vLLM can be asked (the fallback table is not enough)")
     p.add_argument("--json", action="store_true",
                    help="print the result as JSON on stdout (progress goes to stderr)")
+    add_threads_arg(p)
     return p
 
 
@@ -253,7 +253,8 @@ def _series(metrics: dict[str, Any], checkpoint: Path, previous: Path | None) ->
 def main(argv: list[str] | None = None) -> int:
     """Like :func:`pipeline.actions.run_action`, plus ``--json``: the result on stdout,
     everything else on stderr."""
-    args = parse_args(build_parser(), argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     out = sys.stdout
     try:
         with redirect_stdout(sys.stderr if args.json else sys.stdout):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
-from pipeline.eagle3.common import use_threads, verifier_config
+from pipeline.eagle3.common import add_threads_arg, use_threads, verifier_config
 from pipeline.eagle3.text.datafiles import mapping_problem, read_freqs, write_vocab
 from pipeline.errors import ActionError
 
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "fill a vocab larger than the tokens seen with unseen ids (else shrink)")
     p.add_argument("--min-coverage", type=float, default=0.0,
                    help="fail when the draft vocab covers less of the masked tokens")
+    add_threads_arg(p)
     return p
 
 
