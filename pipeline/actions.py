@@ -127,7 +127,7 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
                          "baseline_ttft_p99_ms_c*", "baseline_itl_p50_ms_c*",
                          "baseline_itl_p99_ms_c*", "trials", "min_seconds",
                          "confidence", "ci_width", "level_budget", "max_trials",
-                         "speedups_c*", "unsettled_levels", "best_fixed_k",
+                         "speedups_c*", "unsettled_levels", "best_fixed_k", "roofline",
                          "mean_output_tokens",
                          "output_len"),
 }

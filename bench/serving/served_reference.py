@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -50,6 +51,7 @@ from typing import Any
 
 from pipeline.eagle3.serving.load_levels import Level, run_level
 from pipeline.eagle3.serving.prompts import Prompt, load_prompts, request_bodies
+from pipeline.eagle3.serving.trials import interval
 from pipeline.vllm.metrics import spec_delta, spec_snapshot
 from pipeline.vllm.openai_client import get
 
@@ -167,19 +169,39 @@ def _figure(summary: dict[str, Any], path: tuple[str, ...]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _row(c: int, server: str, ours: Level, s: dict[str, Any], theirs: dict[str, Any],
+def _geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def _row(c: int, server: str, rounds: list[tuple[Level, dict[str, Any], dict[str, Any]]],
          tolerance: float) -> dict[str, Any]:
-    row: dict[str, Any] = {"concurrency": c, "server": server, "requests": s["requests"],
-                           "vllm_requests": theirs.get("completed"),
-                           "tokens": s["output_tokens"],
-                           "vllm_tokens": theirs.get("total_output_tokens"),
-                           "tau": None if ours.spec is None or not ours.spec.present
-                           else ours.spec.acceptance_length,
-                           "vllm_tau": theirs.get("spec_decode_acceptance_length")}
+    """One row from every round of (ours, our summary, vLLM's result) at ``c``: each
+    figure the geometric mean over rounds, and how far ours is from vLLM's the geometric
+    mean of the rounds' ratios, with its 95% t interval from two rounds on."""
+    summaries = [s for _, s, _ in rounds]
+    theirs = [t for _, _, t in rounds]
+    spec = [lv.spec for lv, _, _ in rounds if lv.spec is not None and lv.spec.present]
+    taus = [x.acceptance_length for x in spec if x.acceptance_length is not None]
+    row: dict[str, Any] = {"concurrency": c, "server": server, "rounds": len(rounds),
+                           "requests": sum(s["requests"] for s in summaries),
+                           "vllm_requests": sum(int(t.get("completed") or 0) for t in theirs),
+                           "tokens": sum(s["output_tokens"] for s in summaries),
+                           "vllm_tokens": sum(int(t.get("total_output_tokens") or 0)
+                                              for t in theirs),
+                           "tau": sum(taus) / len(taus) if taus else None,
+                           "vllm_tau": _geomean([t.get("spec_decode_acceptance_length")
+                                                 for t in theirs])}
     for key, path, vkey, _label in FIGURES:
-        mine, other = _figure(s, path), theirs.get(vkey)
-        row[key], row[f"vllm_{key}"] = mine, other
-        row[f"{key}_diff"] = None if mine is None or not other else (mine - other) / other
+        mine = [_figure(s, path) for s in summaries]
+        other = [t.get(vkey) for t in theirs]
+        row[key], row[f"vllm_{key}"] = _geomean(mine), _geomean(other)
+        row[f"{key}_rounds"], row[f"vllm_{key}_rounds"] = mine, other
+        ratios = [a / b for a, b in zip(mine, other, strict=True) if a and b]
+        ci = interval(ratios)
+        row[f"{key}_diff"] = None if ci.estimate is None else ci.estimate - 1
+        row[f"{key}_diff_ci"] = (None if ci.low is None or ci.high is None else
+                                 [ci.low - 1, ci.high - 1])
     row["over"] = [k for k in HELD if row[f"{k}_diff"] is not None
                    and abs(row[f"{k}_diff"]) > tolerance]
     return row
@@ -193,8 +215,15 @@ def _pair(r: dict[str, Any], key: str, spec: str = ".2f") -> str:
     return f"{_cell(r[key], spec)}/{_cell(r['vllm_' + key], spec)}"
 
 
+def _diff(r: dict[str, Any], key: str) -> str:
+    """How far ours is from vLLM's, with the rounds' interval when there is one."""
+    d, ci = r[f"{key}_diff"], r.get(f"{key}_diff_ci")
+    cell = _cell(None if d is None else 100 * d, "+.1f") + "%"
+    return cell if not ci else f"{cell} ({100 * ci[0]:+.1f}..{100 * ci[1]:+.1f})"
+
+
 def render(rows: list[dict[str, Any]], tolerance: float) -> str:
-    head = ["c", "server", "requests", "tok/s ours", "vLLM", "diff", "TPOT p50 ours",
+    head = ["c", "server", "rounds", "requests", "tok/s ours", "vLLM", "diff", "TPOT p50 ours",
             "vLLM", "diff", "ITL p50 ours/vLLM", "ITL p99 ours/vLLM", "TTFT p50 ours/vLLM",
             "TTFT p99 ours/vLLM", "τ ours/vLLM", "speedup ours/vLLM", "verdict"]
     body = []
@@ -208,13 +237,12 @@ def render(rows: list[dict[str, Any]], tolerance: float) -> str:
             f"{_cell(r['vllm_tok_s'] / b['vllm_tok_s'], '.2f')}x")
         verdict = "ok" if not r["over"] else "> {:.0%}: {}".format(tolerance,
                                                                   ", ".join(r["over"]))
-        body.append([str(r["concurrency"]), r["server"], f"{r['requests']}/{r['vllm_requests']}",
+        body.append([str(r["concurrency"]), r["server"], str(r.get("rounds", 1)),
+                     f"{r['requests']}/{r['vllm_requests']}",
                      _cell(r["tok_s"], ".0f"), _cell(r["vllm_tok_s"], ".0f"),
-                     _cell(None if r["tok_s_diff"] is None else 100 * r["tok_s_diff"],
-                           "+.1f") + "%",
+                     _diff(r, "tok_s"),
                      _cell(r["tpot_p50"], ".3f"), _cell(r["vllm_tpot_p50"], ".3f"),
-                     _cell(None if r["tpot_p50_diff"] is None else 100 * r["tpot_p50_diff"],
-                           "+.1f") + "%",
+                     _diff(r, "tpot_p50"),
                      *(_pair(r, k) for k in ("itl_p50", "itl_p99", "ttft_p50", "ttft_p99")),
                      _pair(r, "tau", ".3f"), speedup, verdict])
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
@@ -238,6 +266,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--output-len", type=int, default=None)
     p.add_argument("--min-seconds", type=float, default=10.0)
     p.add_argument("--requests", type=int, default=None, help="at least (default 10 x c)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="rounds per level: each runs both servers with both clients, the "
+                        "order turned round every other round (plain then spec, ours then "
+                        "vLLM's; then the reverse), so that the host's drift cancels; the "
+                        "table holds the geometric means and the diff's 95%% interval")
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument("--tolerance", type=float, default=0.05)
     p.add_argument("--vllm-python", default=sys.executable,
@@ -253,6 +286,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.rounds < 1:
+        print(f"error: --rounds: at least 1, got {args.rounds}", file=sys.stderr)
+        return 2
     try:
         levels = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
         if not levels or min(levels) < 1:
@@ -284,14 +320,26 @@ def main(argv: list[str] | None = None) -> int:
                 run_level(Level("warmup", url, 1, args.warmup), bodies[name], timeout=600.0,
                           api_key=None)
         for c in levels:
-            for name, url in servers:
-                level, summary = _ours(url, bodies[name], c, args)
-                theirs = _vllm(bench, url, texts, len(level.records), c, args, work,
-                               f"c{c}-{name}")
-                rows.append(_row(c, name, level, summary, theirs, args.tolerance))
-                print(f"c={c} {name}: ours {summary['output_throughput']:.0f} tok/s, vLLM "
-                      f"{theirs.get('output_throughput', 0):.0f} tok/s over "
-                      f"{summary['requests']} requests", flush=True)
+            done: dict[str, list[tuple[Level, dict[str, Any], dict[str, Any]]]] = {
+                name: [] for name, _ in servers}
+            sent: dict[str, int] = {}
+            for r in range(1, args.rounds + 1):
+                forward = r % 2 == 1
+                for name, url in (servers if forward else servers[::-1]):
+                    tag = f"c{c}-{name}" + (f"-r{r}" if args.rounds > 1 else "")
+                    if forward or name not in sent:
+                        level, summary = _ours(url, bodies[name], c, args)
+                        sent[name] = len(level.records)
+                        theirs = _vllm(bench, url, texts, sent[name], c, args, work, tag)
+                    else:  # vLLM's first: the requests ours sent last round
+                        theirs = _vllm(bench, url, texts, sent[name], c, args, work, tag)
+                        level, summary = _ours(url, bodies[name], c, args)
+                    done[name].append((level, summary, theirs))
+                    print(f"c={c} {name}" + (f" round {r}" if args.rounds > 1 else "")
+                          + f": ours {summary['output_throughput']:.0f} tok/s, vLLM "
+                          f"{theirs.get('output_throughput', 0):.0f} tok/s over "
+                          f"{summary['requests']} requests", flush=True)
+            rows.extend(_row(c, name, done[name], args.tolerance) for name, _ in servers)
     except Refused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -304,8 +352,11 @@ def main(argv: list[str] | None = None) -> int:
         k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}, indent=1))
     length = (f"{args.output_len} tokens each (ignore_eos)" if args.output_len else
               f"natural, at most {args.max_tokens} tokens")
-    print(f"ours against vllm bench serve (the same requests, back to back; lengths: "
-          f"{length}; diff = ours over vLLM's - 1; ms except tok/s):")
+    rounds = (f"{args.rounds} rounds a level, the order turned every other round; figures: "
+              "geometric means over rounds; diff: the rounds' ratios, with their 95% interval"
+              if args.rounds > 1 else "one round a level")
+    print(f"ours against vllm bench serve (the same requests, back to back; {rounds}; "
+          f"lengths: {length}; diff = ours over vLLM's - 1; ms except tok/s):")
     print(render(rows, args.tolerance))
     over = [r for r in rows if r["over"]]
     print(f"{len(over)} of {len(rows)} rows differ by more than {args.tolerance:.0%} on "

@@ -40,7 +40,10 @@ no more trials: settled, budget, max_trials, one trial), ``speedup_median_c<N>``
 ``outputs_equal_c<N>``, ``outputs_equal``, ``outputs_compared``, ``num_drafts``,
 ``num_draft_tokens``, ``num_accepted_tokens``, ``requests_failed``, ``trials``,
 ``confidence``, ``ci_width``, ``level_budget``, ``unsettled_levels``,
-``mean_output_tokens``. ``served_table`` has the printed rows, ``levels`` every trial per
+``mean_output_tokens``, ``roofline`` (plain decoding at c=1: the verifier's weight bytes
+over its TPOT p50, the bandwidth that is, and its share of the GPU's datasheet peak, named
+by its model: whether the run is bound by memory; :mod:`pipeline.eagle3.serving.roofline`).
+``served_table`` has the printed rows, ``levels`` every trial per
 server and level, and ``out`` (default ``bench.json`` beside the result) every request.
 
 ``schedule_out`` turns the run into a sweep: from each candidate's k (read from its
@@ -71,6 +74,7 @@ from pipeline.eagle3.serving.load_levels import Interrupted, Level, run_level
 from pipeline.eagle3.serving.prompts import load_prompts, request_bodies
 from pipeline.eagle3.serving.report import fmt
 from pipeline.eagle3.serving.results import Server, conclude, read_sweep
+from pipeline.eagle3.serving.roofline import describe, roofline, weight_bytes
 from pipeline.eagle3.serving.sequential import Rule, least_trials, measure
 from pipeline.eagle3.serving.trials import BASELINE, DEFAULT_CI_WIDTH, DEFAULT_CONFIDENCE
 from pipeline.errors import ActionError
@@ -178,6 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", type=Path,
                    help="a sweep's schedule file: report the candidate against the best "
                         "fixed k it found at each level")
+    p.add_argument("--verifier", type=Path,
+                   help="the verifier's directory, for the roofline of plain decoding at "
+                        "c=1 (default: the baseline server's model root, when it is a "
+                        "directory on this host)")
+    p.add_argument("--gpu-name", help="the GPU the servers run on, as nvidia-smi names it "
+                                      "(default: this host's first GPU)")
     p.add_argument("--api-key-env", help="environment variable holding the API key")
     p.add_argument("--out", type=Path, help="per-request timings (default: bench.json "
                                             "beside the result)")
@@ -200,6 +210,40 @@ def _served_model(url: str, api_key: str | None, role: str) -> str:
         return str(answer.json()["data"][0]["id"])
     except (ValueError, KeyError, IndexError, TypeError):
         raise ActionError(f"{url}/v1/models lists no model") from None
+
+
+def _model_root(url: str, api_key: str | None) -> Path | None:
+    """The directory the server loaded its model from, when it is one on this host."""
+    answer = get(f"{url}/v1/models", timeout=10.0, api_key=api_key)
+    try:
+        root = answer.json()["data"][0].get("root") if answer.ok else None
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return Path(root) if isinstance(root, str) and Path(root).is_dir() else None
+
+
+def _roofline(result: StageResult, args: argparse.Namespace, base: Server | None,
+              api_key: str | None) -> None:
+    """Weight bytes over plain decoding's TPOT at c=1, against the GPU's peak."""
+    tpot = result.metrics.get("baseline_tpot_p50_ms_c1")
+    if base is None or not isinstance(tpot, (int, float)) or tpot <= 0:
+        return
+    where = args.verifier or _model_root(base.url, api_key)
+    weights = weight_bytes(where) if where is not None else None
+    if weights is None:
+        print("roofline: no weights to count (give `verifier`: the verifier's directory "
+              "with its safetensors)", flush=True)
+        return
+    gpu = args.gpu_name
+    if gpu is None:
+        from pipeline.eagle3.preflight import find_gpus
+        found, _how = find_gpus()
+        gpu = found[0].name if found else None
+    result.metrics["roofline"] = line = roofline(weights, float(tpot), gpu)
+    print(describe(line), flush=True)
+    if "share_of_peak" in line:
+        result.summary += (f"; plain at c=1 reads its weights at {line['share_of_peak']:.1%} "
+                           f"of the {line['gpu_model']}'s bandwidth")
 
 
 def _metric_names(url: str, model: str, api_key: str | None) -> list[str]:
@@ -240,6 +284,8 @@ def _report(level: Level) -> str:
     if level.spec is not None and level.spec.present:
         line += (f", acceptance length {fmt(level.spec.acceptance_length, '.2f')}, rate "
                  f"{fmt(level.spec.acceptance_rate, '.2f')}")
+    if s["host_busy"] is not None:
+        line += f", host CPU {s['host_busy']:.0%} busy"
     if s["errors"]:
         line += f"; first error: {s['errors'][0]}"
     return line
@@ -354,6 +400,7 @@ def run(args: argparse.Namespace) -> StageResult:
     conclude(result, levels, servers, args, out_path=out_path, interrupted=interrupted,
              prompt_ids=[p.id for p in prompts], stops=stops,
              planned=least * len(servers) * sum(plan.values()))
+    _roofline(result, args, next((s for s in servers if s.role == BASELINE), None), api_key)
     return result
 
 

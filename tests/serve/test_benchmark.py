@@ -153,11 +153,29 @@ def test_each_level_has_its_served_figures_its_table_and_its_outputs_compared(
         tmp_path: Path, fake_server) -> None:
     base_url, base_record = fake_server()
     spec_url, _ = fake_server("--fake-acceptance", "0.9,0.6,0.3", spec=SPEC)
+    verifier = tmp_path / "verifier"
+    verifier.mkdir()
+    import numpy as np
+    from safetensors.numpy import save_file
+    save_file({"a": np.zeros((1000, 256), np.float16), "b": np.zeros(24, np.float32)},
+              str(verifier / "model.safetensors"))
     code, doc, out = benchmark(tmp_path, "--url", spec_url, "--baseline-url", base_url,
                                "--prompts", CHAT_PROMPTS, "--concurrency", "[1, 2]",
-                               "--max-tokens", "24", "--warmup", "0", "--requests", "17")
+                               "--max-tokens", "24", "--warmup", "0", "--requests", "17",
+                               "--verifier", str(verifier), "--gpu-name", "NVIDIA H200")
     assert code == 0, out
     m = doc["metrics"]
+    # the roofline of plain decoding at c=1: weight bytes (from the headers) over TPOT
+    roof = m["roofline"]
+    assert roof["weight_bytes"] == 1000 * 256 * 2 + 24 * 4
+    assert roof["tpot_ms"] == m["baseline_tpot_p50_ms_c1"]
+    assert roof["bandwidth_gb_s"] == pytest.approx(
+        roof["weight_bytes"] / (roof["tpot_ms"] / 1000) / 1e9, rel=1e-3)
+    assert roof["gpu_model"].startswith("H200") and roof["peak_gb_s"] == 4800.0
+    assert roof["share_of_peak"] == pytest.approx(roof["bandwidth_gb_s"] / 4800, rel=1e-2)
+    assert "roofline (plain decoding, c=1): 0.5 MB of weights" in out
+    assert "bound by fixed per-step costs, not by memory" in out
+    assert all(0 <= lv["host_busy"] <= 1 for lv in m["levels"])
     # τ per level from that level's own counter deltas; together they are the total
     per_level = [lv["spec_decode"] for lv in m["levels"] if lv["role"] == "spec"]
     assert [lv["num_drafts"] for lv in per_level] == [m["num_drafts_c1"], m["num_drafts_c2"]]

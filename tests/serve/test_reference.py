@@ -43,7 +43,7 @@ def test_both_clients_send_the_same_requests_and_count_the_same(tmp_path: Path,
     proc = reference(tmp_path, "--baseline-url", base, "--url", spec, "--name", "k3",
                      "--prompts", COMPLETION_PROMPTS, "--tokenizer", str(tok),
                      "--concurrency", "1,2", "--max-tokens", "16", "--min-seconds", "0",
-                     "--requests", "5", "--warmup", "0", pythonpath=site)
+                     "--requests", "5", "--warmup", "0", "--rounds", "2", pythonpath=site)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     rows = json.loads((tmp_path / "out" / "reference.json").read_text())["rows"]
@@ -51,35 +51,42 @@ def test_both_clients_send_the_same_requests_and_count_the_same(tmp_path: Path,
         (1, "plain"), (1, "k3"), (2, "plain"), (2, "k3")]
     for r in rows:
         # the same requests, answered with the same tokens, counted alike
-        assert r["requests"] == r["vllm_requests"] == 5
-        assert r["tokens"] == r["vllm_tokens"] == 5 * 16
+        assert r["rounds"] == 2 and len(r["tok_s_rounds"]) == len(r["vllm_tok_s_rounds"]) == 2
+        assert r["requests"] == r["vllm_requests"] == 2 * 5
+        assert r["tokens"] == r["vllm_tokens"] == 2 * 5 * 16
+        assert r["tok_s_diff_ci"][0] <= r["tok_s_diff"] <= r["tok_s_diff_ci"][1]
         assert r["tok_s"] and r["vllm_tok_s"] and r["tpot_p50"] and r["vllm_tpot_p50"]
         assert r["itl_p50"] and r["vllm_itl_p50"] and r["ttft_p99"] and r["vllm_ttft_p99"]
     # the stand-in's acceptance follows each prompt: the same prompts, the same served τ
     for r in rows[1::2]:
         assert r["tau"] == pytest.approx(r["vllm_tau"], abs=1e-9) and r["tau"] > 1
-    # what each client sent: per level, ours then vLLM's, the same five prompts, greedy,
-    # the same length (max_tokens / max_completion_tokens), streamed with usage
+    # what each client sent: per level and round, ours and vLLM's in turn (ours first in
+    # the first round, vLLM's first in the second), the same five prompts, greedy, the
+    # same length (max_tokens / max_completion_tokens), streamed with usage
+    def text(b: dict) -> str:
+        content = b["messages"][0]["content"]
+        return content if isinstance(content, str) else content[0]["text"]
+
+    def client(b: dict) -> str:
+        return "ours" if "max_tokens" in b else "vllm"
+
     for record in (base_record, spec_record):
         bodies = [r["body"] for r in sent(record)]
-        assert len(bodies) == 4 * 5
-        for level in range(2):
-            ours, theirs = (bodies[10 * level: 10 * level + 5],
-                            bodies[10 * level + 5: 10 * level + 10])
-
-            def text(b: dict) -> str:
-                content = b["messages"][0]["content"]
-                return content if isinstance(content, str) else content[0]["text"]
-
-            assert sorted(map(text, ours)) == sorted(map(text, theirs))
-            assert all(b["max_tokens"] == 16 and "ignore_eos" not in b for b in ours)
-            assert all(b["max_completion_tokens"] == 16 and "ignore_eos" not in b
-                       for b in theirs)
-            assert all(b["temperature"] == 0 and b["stream"] is True and
-                       b["stream_options"] == {"include_usage": True}
-                       for b in ours + theirs)
+        assert len(bodies) == 2 * 2 * 2 * 5
+        blocks = [bodies[i: i + 5] for i in range(0, len(bodies), 5)]
+        assert [{client(b) for b in block} for block in blocks] == [
+            {"ours"}, {"vllm"}, {"vllm"}, {"ours"}] * 2
+        for first, second in zip(blocks[::2], blocks[1::2], strict=True):
+            assert sorted(map(text, first)) == sorted(map(text, second))
+        assert all(b["max_tokens"] == 16 and "ignore_eos" not in b
+                   for b in bodies if client(b) == "ours")
+        assert all(b["max_completion_tokens"] == 16 and "ignore_eos" not in b
+                   for b in bodies if client(b) == "vllm")
+        assert all(b["temperature"] == 0 and b["stream"] is True and
+                   b["stream_options"] == {"include_usage": True} for b in bodies)
     table = out[out.index("ours against vllm bench serve"):]
     assert "tok/s ours" in table and "TPOT p50 ours" in table and "speedup ours/vLLM" in table
+    assert "2 rounds a level" in table
     assert len([ln for ln in table.splitlines() if ln.startswith(("1 |", "2 |"))]) == 4
     assert "Serving Benchmark Result" in (tmp_path / "out" / "vllm-bench.log").read_text()
 

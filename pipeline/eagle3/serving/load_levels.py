@@ -51,6 +51,7 @@ class Level:
     spec: SpecDelta | None = None
     interrupted: bool = False
     trial: int = 1
+    host_busy: float | None = None  # share of the host's CPU time busy during the run
 
     @property
     def ok(self) -> list[StreamTiming]:
@@ -78,6 +79,7 @@ class Level:
             "trial": self.trial, "requests": len(self.records), "completed": len(ok),
             "failed": len(self.failed),
             "interrupted": self.interrupted, "errors": errors,
+            "host_busy": None if self.host_busy is None else round(self.host_busy, 4),
             "duration_s": round(self.duration, 4), "output_tokens": self.output_tokens,
             "output_throughput": None if self.throughput is None else round(self.throughput, 3),
             "request_throughput": round(len(ok) / self.duration, 4) if self.duration > 0
@@ -89,6 +91,24 @@ class Level:
             "latency_ms": ms([r.latency for r in ok if r.latency is not None]),
             "spec_decode": self.spec.to_json() if self.spec is not None else None,
         }
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies of every CPU of the host since boot, from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _busy_between(before: tuple[int, int] | None, after: tuple[int, int] | None
+                  ) -> float | None:
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 class Interrupted(Exception):
@@ -132,6 +152,7 @@ def run_level(level: Level, bodies: list[tuple[str, dict[str, Any]]], *, timeout
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(
         level.concurrency if min_seconds > 0 else min(level.concurrency, level.requests))]
+    cpu = _cpu_times()  # a slow run on a busy host says so in its summary
     started = time.perf_counter()
     for t in threads:
         t.start()
@@ -143,5 +164,7 @@ def run_level(level: Level, bodies: list[tuple[str, dict[str, Any]]], *, timeout
         stop.set()
         level.duration = time.perf_counter() - started
         level.interrupted = True
+        level.host_busy = _busy_between(cpu, _cpu_times())
         raise Interrupted(level) from None
     level.duration = time.perf_counter() - started
+    level.host_busy = _busy_between(cpu, _cpu_times())
