@@ -337,7 +337,7 @@ def _train(model, rows, args, device, pad_id: int) -> TrainStats:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     use_amp = args.autocast == "bf16" or (args.autocast == "auto" and device.type == "cuda")
     if args.grad_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        _checkpointing(model, True)
     forward = torch.compile(model, dynamic=True) if args.compile else model
     micro = args.micro_batch or args.batch_size
     log(f"[verifier] training: {args.steps} steps of {args.batch_size} rows"
@@ -386,9 +386,23 @@ def _train(model, rows, args, device, pad_id: int) -> TrainStats:
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - t0
     if args.grad_checkpointing:
-        model.gradient_checkpointing_disable()
+        _checkpointing(model, False)
     model.eval()
     return TrainStats(losses, seconds, tokens, positions)
+
+
+def _checkpointing(model, on: bool) -> None:
+    # transformers 5.2x names it activation checkpointing; earlier releases, gradient
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        if on:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.activation_checkpointing_disable()
+    elif on:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_disable()
 
 
 def _throughput(stats: TrainStats, model, device) -> dict[str, object]:
