@@ -70,7 +70,10 @@ def canonical_action(name: str) -> str:
 # that reports a number not declared here fails, so the table cannot drift from the code.
 ACTION_METRICS: dict[str, tuple[str, ...]] = {
     "eagle3.build_verifier": ("final_loss", "first_loss", "params", "vocab_size", "layers",
-                              "hidden_size", "reasoning_rate"),
+                              "hidden_size", "heads", "kv_heads", "intermediate_size",
+                              "reasoning_rate", "train_seconds", "train_tokens",
+                              "train_positions", "train_tokens_per_s", "train_tflops", "mfu",
+                              "peak_bf16_tflops"),
     "eagle3.generate": ("prompts", "samples", "new_samples", "failed", "reasoning_capture",
                         "truncated", "restored_open_tag"),
     "eagle3.clean": ("total", "kept", "rejected", "reject_rate", "rejected_*"),

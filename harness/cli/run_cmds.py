@@ -48,7 +48,10 @@ def check(spec_path: Path, as_json: bool) -> None:
     hidden states of its data would take.
 
     For a spec with a `plan:` section, also print what each stage that runs the verifier
-    needs with each backend on its GPUs (memory per GPU, shard disk, hours)."""
+    needs with each backend on its GPUs (memory per GPU, shard disk, hours). Without a
+    `verifier_config` there, the plan is of the verifier the spec builds: its training
+    memory, the servers started together against the GPU (one warning line when they do
+    not fit), and each stage's disk and estimated time."""
     spec = load_spec(spec_path)
     unchecked = check_params(spec, str(spec_path))
     disk = disk_estimates(spec)

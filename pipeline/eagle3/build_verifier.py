@@ -21,6 +21,8 @@ import argparse
 import json
 import math
 import random
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
@@ -90,6 +92,22 @@ def build_parser() -> argparse.ArgumentParser:
                         "no reasoning check)")
     p.add_argument("--min-reasoning-rate", type=float, default=0.9)
     p.add_argument("--device", default="cpu")
+    # What a GPU needs to train billions of parameters in minutes; a CPU run is unchanged.
+    p.add_argument("--autocast", choices=("auto", "bf16", "off"), default="auto",
+                   help="bf16 autocast of the forward (auto: on CUDA, off on the CPU); the "
+                        "weights and Adam state stay fp32")
+    add_bool_arg(p, "fused-adamw", True, "fused AdamW on CUDA (the CPU keeps the default "
+                                         "implementation)")
+    add_bool_arg(p, "compile", False, "torch.compile the model (dynamic shapes)")
+    add_bool_arg(p, "grad-checkpointing", False,
+                 "recompute each layer's activations in the backward: less memory, about a "
+                 "third more compute")
+    p.add_argument("--micro-batch", type=int, default=None,
+                   help="rows per forward; a step accumulates --batch-size rows in pieces of "
+                        "this size (default: the whole batch at once)")
+    p.add_argument("--save-dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="dtype of the saved weights (bfloat16 halves the disk and load of a "
+                        "large verifier)")
     add_bool_arg(p, "threads-one", False, "use one intra-op thread (bit-stable across machines)")
     add_threads_arg(p)
     return p
@@ -149,7 +167,12 @@ def run(args: argparse.Namespace) -> StageResult:
     vocab = len(hf_tok)
     config = build_config(args, vocab, bos=hf_tok.convert_tokens_to_ids(EOT),
                           eos=hf_tok.convert_tokens_to_ids(IM_END))
-    model = AutoModelForCausalLM.from_config(config).to(device)
+    if device.type == "cuda":
+        # built where it trains: billions of fp32 parameters are not made on the CPU first
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config)
+    else:
+        model = AutoModelForCausalLM.from_config(config).to(device)
 
     tasks = synthetic.make_tasks(args.train_samples, args.seed, words)
     rows = []
@@ -159,23 +182,38 @@ def run(args: argparse.Namespace) -> StageResult:
         a_ids = hf_tok(answer, add_special_tokens=False)["input_ids"]
         rows.append((p_ids, a_ids))
 
-    losses = _train(model, rows, args, device, pad_id=config.pad_token_id)
+    if args.micro_batch is not None and not 0 < args.micro_batch <= args.batch_size:
+        raise ActionError(f"--micro-batch {args.micro_batch} must be between 1 and "
+                          f"--batch-size {args.batch_size}")
+    stats = _train(model, rows, args, device, pad_id=config.pad_token_id)
+    losses = stats.losses
     result.metrics.update(final_loss=round(losses[-1], 4), first_loss=round(losses[0], 4),
                           params=sum(p.numel() for p in model.parameters()),
                           vocab_size=vocab, layers=args.layers, hidden_size=args.hidden_size,
+                          heads=args.heads, kv_heads=args.kv_heads,
+                          intermediate_size=args.intermediate_size,
                           arch=args.arch, architecture=type(model).__name__)
+    result.metrics.update(_throughput(stats, model, device))
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model.generation_config.eos_token_id = config.eos_token_id
     model.generation_config.pad_token_id = config.pad_token_id
+    if args.save_dtype == "bfloat16":
+        model.to(torch.bfloat16)
     model.save_pretrained(str(out))
     hf_tok.save_pretrained(str(out))
     _portable_tokenizer_class(out / "tokenizer_config.json")
     result.artifacts.append(str(out))
 
-    # Functional checks on what was written, through the public loaders.
-    reloaded = AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    # Functional checks on what was written, through the public loaders; on a GPU, there
+    # (the trained copy goes first: the GPU holds one model at a time).
+    if device.type == "cuda":
+        del model
+        torch.cuda.empty_cache()
+        reloaded = AutoModelForCausalLM.from_pretrained(str(out)).to(device).eval()
+    else:
+        reloaded = AutoModelForCausalLM.from_pretrained(str(out)).eval()
     reloaded_tok = AutoTokenizer.from_pretrained(str(out))
     result.check("loads", True, message="AutoModelForCausalLM and AutoTokenizer load the dir")
     rate = None
@@ -194,8 +232,13 @@ def run(args: argparse.Namespace) -> StageResult:
                  for i, (q, _, _) in enumerate(prompts)]
         atomic_write_text(Path(args.prompts_out), "\n".join(lines) + "\n")
         result.artifacts.append(str(args.prompts_out))
-    result.summary = (f"verifier: {type(model).__name__}, {result.metrics['params']} params, loss "
-                      f"{result.metrics['first_loss']} -> {result.metrics['final_loss']}"
+    m = result.metrics
+    mfu = f", MFU {m['mfu']:.1%} of {m['gpu']}" if m.get("mfu") is not None else ""
+    result.summary = (f"verifier: {m['architecture']}, {m['params']:,} params (hidden "
+                      f"{args.hidden_size}, {args.layers} layers, {args.heads} heads / "
+                      f"{args.kv_heads} KV, MLP {args.intermediate_size}, vocab {vocab}), "
+                      f"trained on {m['train_tokens']:,} tokens in {m['train_seconds']:.0f} s"
+                      f"{mfu}, loss {m['first_loss']} -> {m['final_loss']}"
                       + (f", reasoning_rate {rate:.2f}" if rate is not None else ""))
     return result
 
@@ -242,11 +285,47 @@ def _portable_tokenizer_class(path: Path) -> None:
     atomic_write_text(path, json.dumps(cfg, indent=2) + "\n")
 
 
-def _train(model, rows, args, device, pad_id: int) -> list[float]:
+@dataclass
+class TrainStats:
+    losses: list[float]
+    seconds: float      # the training loop's wall time (compiles and first steps included)
+    tokens: int         # the real tokens trained on (padding left out)
+    positions: int      # the positions the model computed: tokens plus padding
+
+
+def _batch(chunk: list[tuple[list[int], list[int]]], pad_id: int):
+    """(ids, attention mask, labels) of ``chunk``, padded to its longest row."""
     import torch
 
+    width = max(len(p) + len(a) for p, a in chunk)
+    ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+    labels = torch.full_like(ids, -100)
+    attn = torch.zeros_like(ids)
+    for r, (p, a) in enumerate(chunk):
+        seq = p + a
+        ids[r, : len(seq)] = torch.tensor(seq)
+        labels[r, len(p): len(seq)] = torch.tensor(a)  # learn the assistant turn only
+        attn[r, : len(seq)] = 1
+    return ids, attn, labels
+
+
+def _optimizer(model, args, device):
+    import torch
+
+    # Fused AdamW: one kernel for every parameter instead of several per tensor, on CUDA;
+    # the CPU keeps the implementation its results were measured with.
+    fused = bool(args.fused_adamw and device.type == "cuda")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
-                            weight_decay=0.0)
+                            weight_decay=0.0, **({"fused": True} if fused else {}))
+    return opt, fused
+
+
+def _train(model, rows, args, device, pad_id: int) -> TrainStats:
+    import contextlib
+
+    import torch
+
+    opt, fused = _optimizer(model, args, device)
     warmup = max(1, args.steps // 10)
 
     def lr_at(step: int) -> float:
@@ -256,34 +335,104 @@ def _train(model, rows, args, device, pad_id: int) -> list[float]:
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    use_amp = args.autocast == "bf16" or (args.autocast == "auto" and device.type == "cuda")
+    if args.grad_checkpointing:
+        _checkpointing(model, True)
+    forward = torch.compile(model, dynamic=True) if args.compile else model
+    micro = args.micro_batch or args.batch_size
+    log(f"[verifier] training: {args.steps} steps of {args.batch_size} rows"
+        + (f" in pieces of {micro}" if micro < args.batch_size else "")
+        + f" on {device}; autocast {'bf16' if use_amp else 'off'}, "
+        f"AdamW{' fused' if fused else ''}{', compiled' if args.compile else ''}"
+        f"{', gradient checkpointing' if args.grad_checkpointing else ''}")
     gen = torch.Generator().manual_seed(args.seed)
     progress = Progress("verifier", total=args.steps, every=10, unit="steps")
     losses: list[float] = []
+    tokens = positions = 0
     model.train()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
     for step in range(args.steps):
         idx = torch.randint(len(rows), (args.batch_size,), generator=gen).tolist()
         batch = [rows[i] for i in idx]
-        width = max(len(p) + len(a) for p, a in batch)
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        labels = torch.full_like(ids, -100)
-        attn = torch.zeros_like(ids)
-        for r, (p, a) in enumerate(batch):
-            seq = p + a
-            ids[r, : len(seq)] = torch.tensor(seq)
-            labels[r, len(p): len(seq)] = torch.tensor(a)  # learn the assistant turn only
-            attn[r, : len(seq)] = 1
-        out = model(input_ids=ids.to(device), attention_mask=attn.to(device),
-                    labels=labels.to(device))
-        out.loss.backward()
+        # the loss of the whole batch is the mean over its assistant tokens: each piece's
+        # mean weighs by its share of them (one piece: a weight of exactly 1)
+        total = sum(len(a) for _, a in batch)
+        loss_sum = 0.0
+        step_tokens = 0
+        for at in range(0, len(batch), micro):
+            ids, attn, labels = _batch(batch[at: at + micro], pad_id)
+            share = sum(len(a) for _, a in batch[at: at + micro]) / total
+            amp = (torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+                   if use_amp else contextlib.nullcontext())
+            with amp:
+                out = forward(input_ids=ids.to(device), attention_mask=attn.to(device),
+                              labels=labels.to(device), use_cache=False)
+            loss = out.loss if share == 1 else out.loss * share
+            loss.backward()
+            loss_sum += loss.item()
+            step_tokens += int(attn.sum())
+            positions += ids.numel()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(out.loss.item())
-        progress.update(1, int(attn.sum()), extra=f"loss {losses[-1]:.3f}",
+        losses.append(loss_sum)
+        tokens += step_tokens
+        progress.update(1, step_tokens, extra=f"loss {losses[-1]:.3f}",
                         force=step == args.steps - 1)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    if args.grad_checkpointing:
+        _checkpointing(model, False)
     model.eval()
-    return losses
+    return TrainStats(losses, seconds, tokens, positions)
+
+
+def _checkpointing(model, on: bool) -> None:
+    # transformers 5.2x names it activation checkpointing; earlier releases, gradient
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        if on:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.activation_checkpointing_disable()
+    elif on:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_disable()
+
+
+def _throughput(stats: TrainStats, model, device) -> dict[str, object]:
+    """Tokens a second and MFU: 6 x the parameters a token multiplies with (all but the
+    input embedding, a lookup) x the positions computed, over the GPU's bf16 peak
+    (:mod:`pipeline.eagle3.hardware.gpu_peaks`). Attention's own FLOPs are left out, as
+    the 6N count does; with gradient checkpointing the GPU does a third more than this.
+    No MFU on the CPU or on a GPU the table does not know."""
+    import torch
+
+    from pipeline.eagle3.hardware.gpu_peaks import gpu_peak, mfu
+    from pipeline.eagle3.hardware.memory_plan import measured_peaks
+
+    matmul = sum(p.numel() for p in model.parameters()) - \
+        model.get_input_embeddings().weight.numel()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    peak = gpu_peak(name)
+    flops = 6 * matmul * stats.positions
+    got = mfu(flops, stats.seconds, peak)
+    out: dict[str, object] = {
+        "train_seconds": round(stats.seconds, 2), "train_tokens": stats.tokens,
+        "train_positions": stats.positions,
+        "train_tokens_per_s": round(stats.tokens / max(stats.seconds, 1e-9), 1),
+        "train_tflops": round(flops / max(stats.seconds, 1e-9) / 1e12, 3),
+        "mfu": round(got, 4) if got is not None else None, "gpu": name,
+        "peak_bf16_tflops": peak.bf16_tflops if peak else None}
+    peaks = measured_peaks() if device.type == "cuda" else {}
+    if peaks:
+        out["device_peak_gib"] = peaks
+    return out
 
 
 def _reasoning_rate(model, tok, tasks) -> tuple[float, str]:
@@ -294,7 +443,8 @@ def _reasoning_rate(model, tok, tasks) -> tuple[float, str]:
     tok.padding_side = "left"
     prompts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
                                        add_generation_prompt=True) for q, _, _ in tasks]
-    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(
+        model.device)
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=96, do_sample=False,
                              pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)

@@ -265,11 +265,14 @@ class Stage(_Model):
 
 class PlanSpec(_Model):
     """A campaign planned on paper (``harness check``): the verifier as it ships (its
-    ``config.json``, no weights) and the GPUs it would run on."""
+    ``config.json``, no weights), or, without one, the verifier the spec's
+    ``eagle3.build_verifier`` stage builds; and the GPUs it would run on."""
 
-    verifier_config: StrictStr          # relative to the spec file
+    verifier_config: StrictStr | None = None   # relative to the spec file
     gpus: StrictInt = Field(8, ge=1)
     gpu_memory: list[StrictStr | StrictInt] = Field(default_factory=lambda: ["141GB"])
+    #: the GPU's model (``H100``, ``H200``): its bf16 peak and bandwidth time the stages
+    gpu: StrictStr | None = None
 
 
 class Pipeline(_Model):

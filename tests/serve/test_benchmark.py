@@ -171,7 +171,7 @@ def test_each_level_has_its_served_figures_its_table_and_its_outputs_compared(
     assert roof["tpot_ms"] == m["baseline_tpot_p50_ms_c1"]
     assert roof["bandwidth_gb_s"] == pytest.approx(
         roof["weight_bytes"] / (roof["tpot_ms"] / 1000) / 1e9, rel=1e-3)
-    assert roof["gpu_model"].startswith("H200") and roof["peak_gb_s"] == 4800.0
+    assert roof["gpu_model"] == "H200 SXM" and roof["peak_gb_s"] == 4800.0
     assert roof["share_of_peak"] == pytest.approx(roof["bandwidth_gb_s"] / 4800, rel=1e-2)
     assert "roofline (plain decoding, c=1): 0.5 MB of weights" in out
     assert "bound by fixed per-step costs, not by memory" in out

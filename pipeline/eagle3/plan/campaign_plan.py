@@ -40,6 +40,7 @@ from pipeline.eagle3.model.verifier_shapes import (
 )
 from pipeline.eagle3.plan.disk_estimate import DiskEstimate, _size
 from pipeline.eagle3.plan.disk_estimate import estimates as disk_estimates
+from pipeline.eagle3.plan.stage_costs import RunCosts, built_config, run_costs
 from pipeline.errors import ActionError
 
 # Measured: one Kimi-K2-shaped layer (hidden 7168, MLA q/kv ranks 1536/512, 384 routed
@@ -114,6 +115,8 @@ class CampaignPlan:
     gpus: int
     sizes: list[int]
     stages: list[StageNeed] = field(default_factory=list)
+    #: a built verifier's training, servers, disk and time (:mod:`pipeline.eagle3.plan.stage_costs`)
+    costs: RunCosts | None = None
 
     def holds(self, backend: str, size: int) -> bool:
         """Whether ``backend`` holds every verifier-side stage that it has on GPUs of
@@ -153,7 +156,7 @@ class CampaignPlan:
                           "neither backend holds the verifier")
                        + ("" if "hf" in ok else
                           "; the hf backend cannot: use --backend vllm"))
-        return out
+        return out + (self.costs.lines() if self.costs is not None else [])
 
     def to_json(self) -> dict[str, Any]:
         return {"verifier_config": str(self.config_path), "arch": self.arch,
@@ -169,7 +172,8 @@ class CampaignPlan:
                                           "total": n.total, "fits": n.fits,
                                           "tokens_per_s": n.tokens_per_s,
                                           "hours": s.hours(n), "note": n.note}
-                                         for n in s.needs]} for s in self.stages]}
+                                         for n in s.needs]} for s in self.stages],
+                "stage_costs": self.costs.to_json() if self.costs is not None else None}
 
 
 def one_gpu_tokens_per_s(cfg: dict[str, Any]) -> float:
@@ -195,15 +199,13 @@ def plan(spec: Any) -> CampaignPlan | None:
     if p is None:
         return None
     base = spec.path.parent if spec.path is not None else Path.cwd()
-    path = (base / p.verifier_config)
-    try:
-        raw = json.loads(path.read_text())
-    except OSError as exc:
-        raise ActionError(f"cannot read the plan's verifier config ({exc.strerror})",
-                          where=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise ActionError(f"the plan's verifier config is not JSON ({exc.msg})",
-                          where=str(path)) from None
+    if p.verifier_config is None:
+        # the verifier the spec builds: its shape is in the build stage's `with:`
+        raw, built = built_config(spec)
+        path = Path(f"(built by stage {built.name})")
+    else:
+        path = (base / p.verifier_config)
+        raw = _read_config(path)
     cfg = text_config(raw)
     fmt = quant_format(raw)
     if fmt is not None and fmt.kind == "other":
@@ -215,6 +217,8 @@ def plan(spec: Any) -> CampaignPlan | None:
     cp = CampaignPlan(path, str(cfg.get("model_type", "?")), params, fmt,
                       weight_bytes(cfg, fmt, "stored"), weight_bytes(cfg, fmt, "dense"),
                       p.gpus, sizes)
+    if p.verifier_config is None:
+        cp.costs = run_costs(spec, cfg, params, sizes[-1], p.gpu)
     disks = {d.stage: d for d in disk_estimates(spec)}
     hf_w, vllm_w = weight_bytes(cfg, fmt, "hf"), cp.stored
     one = one_gpu_tokens_per_s(cfg)
@@ -257,6 +261,17 @@ def plan(spec: Any) -> CampaignPlan | None:
                     "transformers; eagle3.benchmark measures the drafter in vLLM"))
             cp.stages.append(StageNeed(st.name, what, size, [hf, vl], d, tokens, passes))
     return cp
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise ActionError(f"cannot read the plan's verifier config ({exc.strerror})",
+                          where=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise ActionError(f"the plan's verifier config is not JSON ({exc.msg})",
+                          where=str(path)) from None
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -2,7 +2,7 @@
 
 At one request at a time, every decoding step reads every weight once, so weight bytes /
 TPOT is the memory bandwidth the step achieved. Held against the GPU's datasheet peak
-(:mod:`pipeline.eagle3.hardware.gpus`) it says where a step's time goes: near the peak the
+(:mod:`pipeline.eagle3.hardware.gpu_peaks`) it says where a step's time goes: near the peak the
 step is bound by memory and a drafter's saved steps are what speculation buys; at a few
 percent the step is fixed cost (scheduling, launches, sampling) and a served speedup
 measures how the engine amortises that instead. Weight bytes are read from the
@@ -16,7 +16,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from pipeline.eagle3.hardware.gpus import peak_of
+from pipeline.eagle3.hardware.gpu_peaks import gpu_peak
 
 __all__ = ["describe", "roofline", "weight_bytes"]
 
@@ -48,12 +48,13 @@ def roofline(weights: int, tpot_ms: float, gpu_name: str | None) -> dict[str, An
     bandwidth = weights / (tpot_ms / 1000.0)
     out: dict[str, Any] = {"weight_bytes": weights, "tpot_ms": round(tpot_ms, 4),
                            "bandwidth_gb_s": float(f"{bandwidth / 1e9:.4g}"), "gpu": gpu_name}
-    peak = peak_of(gpu_name) if gpu_name else None
+    peak = gpu_peak(gpu_name)
     if peak is not None:
+        rate = peak.hbm_tb_s * 1e12
         out["gpu_model"] = peak.model
-        out["peak_gb_s"] = round(peak.bandwidth / 1e9, 1)
-        out["share_of_peak"] = float(f"{bandwidth / peak.bandwidth:.4g}")
-        out["weights_floor_ms"] = round(weights / peak.bandwidth * 1000.0, 4)
+        out["peak_gb_s"] = round(rate / 1e9, 1)
+        out["share_of_peak"] = float(f"{bandwidth / rate:.4g}")
+        out["weights_floor_ms"] = round(weights / rate * 1000.0, 4)
     return out
 
 

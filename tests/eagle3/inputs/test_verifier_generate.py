@@ -45,6 +45,57 @@ def test_verifier_is_deterministic_for_a_seed(tmp_path):
     assert digests[0] == digests[1]
 
 
+TINY = dict(prompts=0, seed=3, vocab_size=300, corpus_files=3, hidden_size=32, layers=5,
+            heads=2, kv_heads=1, intermediate_size=64, train_samples=64, steps=2, batch_size=8,
+            check_prompts=0, device="cpu")
+
+
+def test_verifier_gpu_options_run_on_the_cpu(tmp_path, capsys, monkeypatch):
+    """The options a 3B verifier trains with, at a tiny size on the CPU: micro-batches
+    weigh each piece by its share of the batch's tokens (the same loss as one forward),
+    fused AdamW falls back, autocast and checkpointing run, the weights save in bf16, and
+    no MFU is claimed without a GPU's peak."""
+    whole = ok(verifier, tmp_path, out=tmp_path / "whole", autocast="off", **TINY)
+    capsys.readouterr()
+    real, used = torch.autocast, []
+
+    def autocast(*a, **k):  # the real context, noting what it was asked for
+        used.append((k.get("device_type"), k.get("dtype")))
+        return real(*a, **k)
+    monkeypatch.setattr(torch, "autocast", autocast)
+    pieces = ok(verifier, tmp_path, out=tmp_path / "pieces", micro_batch=3, autocast="bf16",
+                grad_checkpointing=True, save_dtype="bfloat16", **TINY)
+    log = capsys.readouterr().out
+    monkeypatch.setattr(torch, "autocast", real)
+    assert used and set(used) == {("cpu", torch.bfloat16)}  # every forward, in bf16
+    assert "in pieces of 3" in log and "autocast bf16" in log and "gradient checkpointing" in log
+    assert "AdamW fused" not in log and "AdamW" in log
+    # bf16 autocast moves the loss a little; a piece weighed wrongly moves it by its share
+    assert abs(pieces.metrics["first_loss"] - whole.metrics["first_loss"]) < 0.02
+    whole_pieces = ok(verifier, tmp_path, out=tmp_path / "whole-pieces", micro_batch=3,
+                      autocast="off", **TINY)
+    assert abs(whole_pieces.metrics["first_loss"] - whole.metrics["first_loss"]) < 1e-5
+    m = pieces.metrics
+    assert m["mfu"] is None and m["gpu"] is None and m["peak_bf16_tflops"] is None
+    assert 0 < m["train_tokens"] <= m["train_positions"] and m["train_seconds"] > 0
+    assert f"trained on {m['train_tokens']:,} tokens" in pieces.summary
+    assert "hidden 32, 5 layers, 2 heads / 1 KV, MLP 64" in pieces.summary
+    assert json.loads((tmp_path / "pieces" / "config.json").read_text())["dtype"] == "bfloat16"
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "pieces"))
+    assert model.dtype == torch.bfloat16
+    rc, bad = run_stage(verifier, tmp_path, out=tmp_path / "bad", micro_batch=9, **TINY)
+    assert rc == 1 and bad.error == "--micro-batch 9 must be between 1 and --batch-size 8"
+
+
+def test_fused_adamw_only_on_cuda():
+    from argparse import Namespace
+
+    model = torch.nn.Linear(2, 2)
+    opt, fused = verifier._optimizer(model, Namespace(fused_adamw=True, lr=1e-3),
+                                     torch.device("cpu"))
+    assert not fused and not opt.defaults.get("fused")
+
+
 def test_local_generation_and_resume(tiny_verifier, tmp_path):
     out = tmp_path / "gen"
     params = dict(prompts=tiny_verifier["prompts"], verifier=tiny_verifier["dir"], out=out,
