@@ -186,6 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the verifier's directory, for the roofline of plain decoding at "
                         "c=1 (default: the baseline server's model root, when it is a "
                         "directory on this host)")
+    p.add_argument("--served-dtype", choices=("auto", "bfloat16", "float16", "float32"),
+                   default="auto", help="the dtype the baseline server runs the weights in, "
+                                        "for the roofline (auto: vLLM's, a float32 "
+                                        "checkpoint in bfloat16)")
     p.add_argument("--gpu-name", help="the GPU the servers run on, as nvidia-smi names it "
                                       "(default: this host's first GPU)")
     p.add_argument("--api-key-env", help="environment variable holding the API key")
@@ -229,7 +233,7 @@ def _roofline(result: StageResult, args: argparse.Namespace, base: Server | None
     if base is None or not isinstance(tpot, (int, float)) or tpot <= 0:
         return
     where = args.verifier or _model_root(base.url, api_key)
-    weights = weight_bytes(where) if where is not None else None
+    weights = weight_bytes(where, args.served_dtype) if where is not None else None
     if weights is None:
         print("roofline: no weights to count (give `verifier`: the verifier's directory "
               "with its safetensors)", flush=True)

@@ -167,7 +167,8 @@ def test_each_level_has_its_served_figures_its_table_and_its_outputs_compared(
     m = doc["metrics"]
     # the roofline of plain decoding at c=1: weight bytes (from the headers) over TPOT
     roof = m["roofline"]
-    assert roof["weight_bytes"] == 1000 * 256 * 2 + 24 * 4
+    # float16 as stored, float32 as vLLM serves it (bfloat16)
+    assert roof["weight_bytes"] == 1000 * 256 * 2 + 24 * 2
     assert roof["tpot_ms"] == m["baseline_tpot_p50_ms_c1"]
     assert roof["bandwidth_gb_s"] == pytest.approx(
         roof["weight_bytes"] / (roof["tpot_ms"] / 1000) / 1e9, rel=1e-3)

@@ -6,12 +6,13 @@ TPOT is the memory bandwidth the step achieved. Held against the GPU's datasheet
 step is bound by memory and a drafter's saved steps are what speculation buys; at a few
 percent the step is fixed cost (scheduling, launches, sampling) and a served speedup
 measures how the engine amortises that instead. Weight bytes are read from the
-safetensors headers (no tensor is loaded). Standard library only.
+safetensors headers (no tensor is loaded), at the dtype the server runs them in. Standard library only.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,15 @@ from pipeline.eagle3.hardware.gpu_peaks import gpu_peak
 __all__ = ["describe", "roofline", "weight_bytes"]
 
 
-def weight_bytes(model_dir: Path) -> int | None:
-    """The bytes of every tensor in the directory's ``*.safetensors`` files, or None when
-    there are none or a header cannot be read."""
+_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+_FLOAT = {"F32", "F16", "BF16"}
+
+
+def weight_bytes(model_dir: Path, dtype: str = "auto") -> int | None:
+    """The bytes the server reads of every tensor in the directory's ``*.safetensors``
+    files, or None when there are none or a header cannot be read. Floating-point tensors
+    count at the served ``dtype``: ``auto`` is vLLM's rule (a float32 checkpoint is served
+    in bfloat16 on GPUs that have it, others as stored); quantized tensors as stored."""
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         return None
@@ -34,9 +41,18 @@ def weight_bytes(model_dir: Path) -> int | None:
                 (size,) = struct.unpack("<Q", f.read(8))
                 header = json.loads(f.read(size))
             for name, entry in header.items():
-                if name != "__metadata__":
-                    begin, end = entry["data_offsets"]
-                    total += int(end) - int(begin)
+                if name == "__metadata__":
+                    continue
+                begin, end = entry["data_offsets"]
+                stored = int(end) - int(begin)
+                if entry["dtype"] not in _FLOAT:
+                    total += stored
+                    continue
+                numel = math.prod(int(n) for n in entry["shape"])
+                if dtype == "auto":
+                    total += 2 * numel if entry["dtype"] == "F32" else stored
+                else:
+                    total += _SIZE[dtype] * numel
     except (OSError, ValueError, KeyError, TypeError, struct.error):
         return None
     return total
