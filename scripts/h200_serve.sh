@@ -18,9 +18,11 @@
 # Phase b without an earlier a runs the whole spec. Measured on an H100 (2026-12-07, the
 # P-EAGLE stages left out): verifier .. export 258 s; three servers started during verify
 # (161 s) and answered after 165 s; sweep 48; the schedule's server 68; benchmark 186 (2 s
-# runs, 40 s a level: every level wide); reference 64: 790 s in all. The example's
-# benchmark takes 90-200 s a level (runs of >= 10 s, 180 s a level), the P-EAGLE stages
-# about 4 minutes, the reference in two rounds about 2.
+# runs, 40 s a level: every level wide); reference 64: 790 s in all. On an H200 with
+# every stage (2026-12-07): verifier .. export 273 s, train_peagle 55, verify 104 (five
+# servers answered after 152-213 s), sweep 47, benchmark_peagle 70, serve_schedule 74. The
+# benchmark takes up to 180 s a level, about 13 minutes; the reference in two rounds
+# about 2.
 # To spend less, SET overrides keys of the copied spec before a fresh run, e.g.
 #   SET='sweep.with.min_seconds=3 reference.run=' bash scripts/h200_serve.sh b
 # (`stage.with.key=value` as YAML; an empty `reference.run=` drops that stage.)
