@@ -265,6 +265,12 @@ def run(args: argparse.Namespace) -> StageResult:
     # a relative directory would read as a model id ("export/drafter") once it leaves here
     local = lambda p: str(Path(p).resolve()) if p and Path(p).is_dir() else p  # noqa: E731
     parallel = speculative and _parallel(args)
+    if parallel:
+        # measured: the runner, not the drafter, decides P-EAGLE's served speed in 0.26
+        print("note: vLLM 0.26 serves parallel drafting on its V1 model runner (V2 does not "
+              "support it yet), whose draft step costs more host time than V2's: compare "
+              "with EAGLE-3 served on V1 too (VLLM_USE_V2_MODEL_RUNNER=0), as "
+              "docs/PERFORMANCE.md does", flush=True)
 
     def argv_for(k: int, schedule: sched.Schedule | None) -> list[str]:
         extra = dict(args.speculative_config or {})

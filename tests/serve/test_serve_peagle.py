@@ -48,13 +48,16 @@ def test_serve_argv_asks_for_parallel_drafting() -> None:
                                     "draft_tensor_parallel_size": 1, "parallel_drafting": True}
 
 
-def test_a_peagle_drafter_is_served_with_parallel_drafting(tmp_path: Path) -> None:
+def test_a_peagle_drafter_is_served_with_parallel_drafting(tmp_path: Path, capsys) -> None:
     target, draft = make_models(tmp_path / "models")
     port = free_port()
     try:
         rc, result = _serve(tmp_path, port, target=str(target), draft=str(_peagle(draft)),
                             extra_args=["--fake-step-ms", "1"])
         assert rc == 0, result.error
+        # the runner it will get, said before it starts (the served step is that runner's)
+        assert "note: vLLM 0.26 serves parallel drafting on its V1 model runner" in (
+            capsys.readouterr().out)
         assert result.metrics["parallel_drafting"] is True
         assert '"parallel_drafting":true' in result.metrics["command"]
         assert "P-EAGLE, parallel drafting, k=3" in result.summary
