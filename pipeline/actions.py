@@ -131,6 +131,7 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
                          "baseline_itl_p99_ms_c*", "trials", "min_seconds",
                          "confidence", "ci_width", "level_budget", "max_trials",
                          "speedups_c*", "unsettled_levels", "best_fixed_k", "roofline",
+                         "baseline_spread_c*",
                          "mean_output_tokens",
                          "output_len"),
 }

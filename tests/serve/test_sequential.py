@@ -102,6 +102,25 @@ def test_a_linear_drift_cancels_over_abba_blocks() -> None:
     assert interval(always_ab).estimate < 1.47  # what the order A B, A B... would report
 
 
+def test_a_host_whose_speed_moves_is_named_with_plains_own_runs(tmp_path: Path,
+                                                               capsys) -> None:
+    """Plain's own tokens/s over the level's runs: 21% apart here, and the line says so;
+    a steady host gets no line."""
+    def drifting(role: str, c: int, trial: int, t: float) -> float:
+        return 100.0 * (1.5 if role == "spec" else 1.0) * (1 + 0.03 * t)
+    rule = Rule(trials=4, max_trials=4)
+    m = _metrics(tmp_path, *_measure(Script(drifting), rule), rule)
+    out = capsys.readouterr().out
+    # plain runs at t = 0, 3, 4, 7 (ABBA): 1.00, 1.09, 1.12, 1.21
+    assert m["baseline_spread_c1"] == pytest.approx(0.21, rel=1e-3)
+    assert "note: c=1: plain's own tokens/s moved 21% over its 4 runs (100, 109, 112, 121)" \
+        in out
+    steady = _metrics(tmp_path, *_measure(Script(lambda r, c, n, t: 150.0 if r == "spec"
+                                                 else 100.0), rule), rule)
+    assert steady["baseline_spread_c1"] == 0.0
+    assert "plain's own tokens/s moved" not in capsys.readouterr().out
+
+
 def test_the_interval_is_students_t_on_the_log_speedups() -> None:
     from scipy import stats
 

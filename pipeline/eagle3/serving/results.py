@@ -195,6 +195,8 @@ def conclude(result: StageResult, levels: list[Level], servers: list[Server],
                            for s in candidates[1:]}
     result.metrics = m
     _print_tables(rows, candidates, m)
+    if has_baseline:
+        _host_drift(m, levels)
     if len(candidates) > 1 and has_baseline:
         _print_sweep(found, ks)
     if args.schedule_out is not None:
@@ -207,6 +209,28 @@ def conclude(result: StageResult, levels: list[Level], servers: list[Server],
     _checks(result, levels, candidates, found, args, has_baseline)
     _summary(result, found[primary], total, interrupted, levels,
              planned if args.min_seconds <= 0 else None)
+
+
+DRIFT_NOTE = 0.10  # a plain server whose own speed moves more than this is worth a line
+
+
+def _host_drift(m: dict[str, Any], levels: list[Level]) -> None:
+    """How far plain's own tokens/s moved over a level's runs: the same server, the same
+    requests, so what moves is the host. A wide interval is then the host's, not the
+    drafter's; the ABBA order cancels a steady drift, not a jump."""
+    for c in dict.fromkeys(lv.concurrency for lv in levels if lv.trial > 0):
+        speeds = [lv.throughput for lv in levels if lv.role == BASELINE
+                  and lv.concurrency == c and lv.trial > 0 and not lv.interrupted]
+        speeds = [x for x in speeds if x]
+        if len(speeds) < 2:
+            continue
+        spread = max(speeds) / min(speeds) - 1
+        m[f"baseline_spread_c{c}"] = round(spread, 4)
+        if spread > DRIFT_NOTE:
+            print(f"note: c={c}: plain's own tokens/s moved {spread:.0%} over its "
+                  f"{len(speeds)} runs ({', '.join(f'{x:.0f}' for x in speeds)}): the host's "
+                  "speed moved; the ABBA order cancels a steady drift, not a jump",
+                  flush=True)
 
 
 def level_series(found: dict[str, dict[int, LevelVerdict]],
