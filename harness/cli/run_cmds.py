@@ -124,7 +124,8 @@ def run_cmd(spec_path: Path, only: str | None, until: str | None, overrides: tup
     `with:` changed since it ran is refused unless --rerun-changed or --keep-changed says
     what to do with it. Each stage's time limit counts
     from its job's start; a stage whose progress line (`eta Ns`) says it will not finish
-    in time gets a warning with the command that gives it more. Ctrl-C (exit 130), SIGTERM
+    in time gets a warning with the command that gives it more. A server a stage started
+    is stopped once no stage still to run needs it. Ctrl-C (exit 130), SIGTERM
     (143) or SIGHUP (129) stops watching: jobs keep running on their hosts, servers that
     stages started are stopped.
     """

@@ -4,8 +4,9 @@
 time (so a person's reprioritisation counts), claims it and records its run in one
 transaction (two runners never take the same todo), hands it to the
 :class:`~harness.runner.supervise.Supervisor`, and retries it up to the stage's
-``retries``. Runs a dead runner left are followed first. Servers that stages left running
-end with the pipeline run.
+``retries``. Runs a dead runner left are followed first. A server a stage left running is
+stopped once no stage still to run in this run needs it, and every server when the
+pipeline run ends.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from harness.runner.spec_sync import (
     follow_needs,
 )
 from harness.runner.supervise import Outcome, Supervisor
-from harness.services import stop_services, stopped_servers
+from harness.services import live_services, stop_services, stopped_servers
 from pipeline.hosts.executor import Executor
 from pipeline.redact import secret_values
 from pipeline.spec.models import HostSpec, Pipeline, Stage
@@ -129,6 +130,7 @@ class Runner:
                     break
                 stage, todo, run = picked
                 report.outcomes.append(self._execute(stage, todo, run))
+                self._release_servers()
         finally:
             # Servers that stages left running end with the pipeline run: after the last
             # stage, on a failure, and on Ctrl-C (KeyboardInterrupt passes through here).
@@ -176,6 +178,28 @@ class Runner:
                                             out=self.out), what="stopping the servers")
         except Exception as exc:  # never mask how the run itself ended
             self.out(f"[services] could not stop servers: {exc}")
+
+    def _release_servers(self) -> None:
+        """A server that no stage still to run in this run needs is stopped now, not when
+        the run ends: its GPU memory goes to the servers after it, and a benchmark does
+        not run beside idle engines. A later run that needs it starts it again
+        (:meth:`_revive_services`); ``keep: true`` servers are left alone."""
+        try:
+            retry.run(self._release_unneeded, what="stopping servers no stage needs")
+        except Exception as exc:  # never mask how the stage itself ended
+            self.out(f"[services] could not stop servers: {exc}")
+
+    def _release_unneeded(self) -> None:
+        todos = [t for t in self.store.todos(self.sid) if t.stage in self.scope]
+        to_run = {t.stage for t in todos if t.status in ("pending", "in_progress")}
+        needed = {n for s in to_run for n in self.spec.stage(s).needs}  # type: ignore[arg-type]
+        idle = {run.stage for run, record in live_services(self.store, self.sid)
+                if not record.keep and run.stage in self.scope and run.stage not in needed
+                and run.stage not in to_run}
+        if idle:
+            for line in stop_services(self.store, self.sid, executor=self._executor,
+                                      stages=idle, out=lambda _line: None):
+                self.out(f"[services] {line} (no stage still to run needs it)")
 
     @retried
     def _revive_services(self) -> None:

@@ -5,8 +5,8 @@ Starts ``vllm serve TARGET --speculative-config '{"method":"eagle3","model":DRAF
 the server outlives this action; copies the server's log to stdout while it starts (the
 harness streams stdout into the store); waits for ``/health`` and ``/v1/models``; and exits
 0 leaving the server running, with ``metrics.service`` saying how to find and stop it
-(:mod:`pipeline.vllm.service`). The harness stops it when the pipeline run ends, unless the
-stage says ``keep: true``.
+(:mod:`pipeline.vllm.service`). The harness stops it once no stage still to run needs it,
+or when the pipeline run ends, unless the stage says ``keep: true``.
 
 ``num_speculative_tokens_per_batch_size`` (a list of ``[start, end, k]``, or the file a
 benchmark sweep wrote) serves vLLM's dynamic speculation: it is checked by vLLM's rules
@@ -350,7 +350,7 @@ def _served(result: StageResult, args: argparse.Namespace, launched: Launched, k
     if schedule is not None:
         result.metrics[sched.KEY] = [list(e) for e in schedule]
     life = "kept after the pipeline run (keep: true)" if args.keep else \
-        "stopped when the pipeline run ends"
+        "stopped once no stage still to run needs it, or when the pipeline run ends"
     lead = f"FALLBACK: {fallback['why']}; " if fallback else ""
     if not wait:
         result.check("server_started", True, value=record.pid,

@@ -127,6 +127,20 @@ def test_the_h200_examples_served_stages_run_as_written(tmp_path: Path, store: S
         assert [(r["concurrency"], r["server"]) for r in rows] == [
             (1, "plain"), (1, "schedule"), (4, "plain"), (4, "schedule")]
         assert all(r["tokens"] == r["vllm_tokens"] for r in rows)
+        # a server goes as soon as no stage still to run needs it: k=5 after the sweep,
+        # k=3, its V1 twin and P-EAGLE after benchmark_peagle, so the benchmark runs beside
+        # plain and the schedule only
+        def at(prefix: str) -> int:
+            return next(i for i, ln in enumerate(lines) if ln.startswith(prefix))
+
+        def stopped(stage: str) -> int:
+            return next(i for i, ln in enumerate(lines) if ln.startswith("[services] ")
+                        and f"({stage}) server" in ln
+                        and ln.endswith(": terminated (no stage still to run needs it)"))
+        assert at("[sweep] r") < stopped("serve_k5") < at("[benchmark_peagle] t")
+        for stage in ("serve_k3", "serve_k3_v1", "serve_peagle"):
+            assert at("[benchmark_peagle] r") < stopped(stage) < at("[serve_schedule] t")
+        assert at("[reference] r") < stopped("serve_baseline")
         for port in ports.values():
             assert wait_gone(port) == []
     finally:
