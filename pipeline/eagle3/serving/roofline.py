@@ -11,13 +11,12 @@ safetensors headers (no tensor is loaded), at the dtype the server runs them in.
 
 from __future__ import annotations
 
-import json
 import math
-import struct
 from pathlib import Path
 from typing import Any
 
 from pipeline.eagle3.hardware.gpu_peaks import gpu_peak
+from pipeline.vllm.model_files import safetensors_names
 
 __all__ = ["describe", "roofline", "weight_bytes"]
 
@@ -37,12 +36,7 @@ def weight_bytes(model_dir: Path, dtype: str = "auto") -> int | None:
     total = 0
     try:
         for path in files:
-            with path.open("rb") as f:
-                (size,) = struct.unpack("<Q", f.read(8))
-                header = json.loads(f.read(size))
-            for name, entry in header.items():
-                if name == "__metadata__":
-                    continue
+            for entry in safetensors_names(path).values():
                 begin, end = entry["data_offsets"]
                 stored = int(end) - int(begin)
                 if entry["dtype"] not in _FLOAT:
@@ -53,7 +47,7 @@ def weight_bytes(model_dir: Path, dtype: str = "auto") -> int | None:
                     total += 2 * numel if entry["dtype"] == "F32" else stored
                 else:
                     total += _SIZE[dtype] * numel
-    except (OSError, ValueError, KeyError, TypeError, struct.error):
+    except (OSError, ValueError, KeyError, TypeError):
         return None
     return total
 
