@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -169,9 +169,9 @@ def _figure(summary: dict[str, Any], path: tuple[str, ...]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _geomean(xs: list[float]) -> float | None:
+def _geomean(xs: list[Any]) -> float | None:
     xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+    return statistics.geometric_mean(xs) if xs else None
 
 
 def _row(c: int, server: str, rounds: list[tuple[Level, dict[str, Any], dict[str, Any]]],
@@ -189,7 +189,7 @@ def _row(c: int, server: str, rounds: list[tuple[Level, dict[str, Any], dict[str
                            "tokens": sum(s["output_tokens"] for s in summaries),
                            "vllm_tokens": sum(int(t.get("total_output_tokens") or 0)
                                               for t in theirs),
-                           "tau": sum(taus) / len(taus) if taus else None,
+                           "tau": _geomean(taus),
                            "vllm_tau": _geomean([t.get("spec_decode_acceptance_length")
                                                  for t in theirs])}
     for key, path, vkey, _label in FIGURES:
