@@ -196,7 +196,7 @@ def conclude(result: StageResult, levels: list[Level], servers: list[Server],
     result.metrics = m
     _print_tables(rows, candidates, m)
     if has_baseline:
-        _host_drift(m, levels)
+        _host_drift(m, by_server)
     if len(candidates) > 1 and has_baseline:
         _print_sweep(found, ks)
     if args.schedule_out is not None:
@@ -214,19 +214,18 @@ def conclude(result: StageResult, levels: list[Level], servers: list[Server],
 DRIFT_NOTE = 0.10  # a plain server whose own speed moves more than this is worth a line
 
 
-def _host_drift(m: dict[str, Any], levels: list[Level]) -> None:
+def _host_drift(m: dict[str, Any], servers: dict[tuple[str, int], ServerLevel]) -> None:
     """How far plain's own tokens/s moved over a level's runs: the same server, the same
     requests, so what moves is the host. A wide interval is then the host's, not the
     drafter's; the ABBA order cancels a steady drift, not a jump."""
-    for c in dict.fromkeys(lv.concurrency for lv in levels if lv.trial > 0):
-        speeds = [lv.throughput for lv in levels if lv.role == BASELINE
-                  and lv.concurrency == c and lv.trial > 0 and not lv.interrupted]
-        speeds = [x for x in speeds if x]
-        if len(speeds) < 2:
+    for (role, c), server in servers.items():
+        speed = server.figure("tok_s")
+        if role != BASELINE or speed.n < 2 or not speed.low or speed.high is None:
             continue
-        spread = max(speeds) / min(speeds) - 1
+        spread = speed.high / speed.low - 1
         m[f"baseline_spread_c{c}"] = round(spread, 4)
         if spread > DRIFT_NOTE:
+            speeds = [lv.throughput or 0.0 for lv in server.trials]
             print(f"note: c={c}: plain's own tokens/s moved {spread:.0%} over its "
                   f"{len(speeds)} runs ({', '.join(f'{x:.0f}' for x in speeds)}): the host's "
                   "speed moved; the ABBA order cancels a steady drift, not a jump",
