@@ -7,8 +7,9 @@ its ``eagle3.build_verifier`` stage builds, at the shape that stage's ``with:`` 
 - **Training the verifier**: fp32 weights, gradients and AdamW's two moments (16 bytes a
   parameter), the bf16 copy autocast keeps of the weights, and the activations of one
   micro-batch (:func:`activation_bytes_per_position`), against the GPU's memory.
-- **Servers started together**: every ``eagle3.serve`` stage on a host, since each server
-  stays up until the pipeline run ends. Each holds the verifier's bf16 weights (vLLM serves
+- **Servers started together**: every ``eagle3.serve`` stage on a host, counted as up at
+  once. That is an upper bound: the runner stops a server once no stage still to run
+  needs it, so a sweep's servers are gone before a later server starts. Each holds the verifier's bf16 weights (vLLM serves
   an fp32 checkpoint in bf16), its drafter's, its ``kv_cache_memory_bytes`` and
   :data:`SERVER_RUNTIME_BYTES`; vLLM also refuses to start unless its
   ``gpu_memory_utilization`` share of the GPU is free. A server counts the larger of the two,
