@@ -296,7 +296,11 @@ def run(args: argparse.Namespace) -> StageResult:
                 acc_n += counted
                 tokens += cpu_batch.tokens
                 step += 1
-                if dist.main and ((i + 1) % args.log_every == 0 or i + 1 == len(batches)):
+                at_log = (i + 1) % args.log_every == 0 or i + 1 == len(batches)
+                if at_log:
+                    _stop_if_diverged(loss_sum, dist, epoch, i + 1, len(batches),
+                                      scheduler.get_last_lr()[0])
+                if dist.main and at_log:
                     dt = time.perf_counter() - t0
                     accs = " ".join(f"{a:.3f}" for a in summarize(acc_c, acc_n))
                     total, lr, rate = float(loss_sum), scheduler.get_last_lr()[0], \
@@ -396,6 +400,23 @@ def run(args: argparse.Namespace) -> StageResult:
                       f"accuracy " + " ".join(f"pos{k + 1} {a:.3f}" for k, a in enumerate(
                           history[-1]["heldout_acc"] if history else [])))
     return result
+
+
+def _stop_if_diverged(loss_sum, dist, epoch: int, step: int, steps: int, lr: float) -> None:
+    """End the stage at the first progress point whose summed loss is not finite.
+
+    A diverged drafter stays NaN for every later step (a 155M drafter at lr 6e-4 on a 3.1B
+    verifier did, 2026-12-07): training on would spend the remaining epochs and then fail
+    the accuracy check with no word of why. Checked where the progress line already reads
+    the loss back, and summed over ranks so that every rank stops together."""
+    import torch
+
+    bad = dist.all_sum((~torch.isfinite(loss_sum)).float().reshape(1))
+    if float(bad) > 0:
+        raise ActionError(
+            f"training diverged: the loss is not finite by epoch {epoch + 1} step "
+            f"{step}/{steps} (lr {lr:.2e} there)",
+            hint="lower --lr (a larger drafter needs a smaller one), or raise --warmup-ratio")
 
 
 def _epoch_series(record: dict[str, Any]) -> None:

@@ -148,3 +148,15 @@ def test_ddp_on_two_cpu_processes(tiny_trained, tmp_path):
     assert "world 2" in proc.stdout and proc.stdout.count("[train] checkpoint") == 2
     assert result.metrics["history"][1]["train_loss"] < result.metrics["history"][0]["train_loss"]
     assert single["train_loss"] != result.metrics["history"][0]["train_loss"]  # other batches
+
+
+def test_a_diverged_run_stops_at_the_first_progress_line(tiny_trained, tmp_path):
+    # lr 1e30 takes the weights past any finite loss on the first optimizer step: the stage
+    # must stop at the first progress point, not train on NaN through every epoch
+    rc, result = run_stage(train, tmp_path, hidden_states=tiny_trained["hidden"],
+                           verifier=tiny_trained["verifier"], vocab=tiny_trained["vocab"],
+                           out=tmp_path / "run", **{**TRAIN_PARAMS, "lr": 1e30,
+                                                    "log_every": 1})
+    assert rc == 1
+    assert "training diverged: the loss is not finite by epoch 1 step " in result.error
+    assert not (tmp_path / "run" / "checkpoints" / "epoch-001").exists()
