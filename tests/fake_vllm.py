@@ -35,6 +35,10 @@ capture as vLLM 0.26.0's V2 runner does, with its traceback; a fixed k starts),
 graphs, as its V1 model runner does),
 ``--fake-slow-after N`` (steps take ``--fake-slow-factor`` times longer for every request
 after the first N: a server that slows down between two trials).
+``--fake-tie-margin M``: asked for ``logprobs`` on a prompt of token ids (as the benchmark
+asks where two answers part), the plain token leads the one a ``--fake-diverge-after``
+server gives there by M nats (default 6: no near-tie). With ``return_token_ids`` the first
+chunk carries the prompt's ids (>= 1000; generated ids are below 97), as vLLM's does.
 ``--fake-natural-len``: an answer ends by itself (``finish_reason: stop``) at a length drawn
 from its prompt, unless the request says ``ignore_eos``; without it every answer runs to
 ``max_tokens``.
@@ -106,6 +110,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--fake-v1-runner", action="store_true")
     s.add_argument("--fake-die-in-capture", action="store_true")
     s.add_argument("--fake-slow-factor", type=float, default=4.0)
+    s.add_argument("--fake-tie-margin", type=float, default=6.0)
     return parser.parse_args(argv)
 
 
@@ -278,6 +283,10 @@ def make_handler(engine: Engine, ready: threading.Event):
                     for m in body.get("messages") or []]
                 prompt = json.dumps(messages)
                 chat = True
+            elif self.path == "/v1/completions" and isinstance(body.get("prompt"), list) \
+                    and body.get("logprobs"):
+                self._json(200, _next_token_logprobs(body, args.fake_tie_margin))
+                return
             elif self.path == "/v1/completions":
                 prompt = str(body.get("prompt") or "")
                 chat = False
@@ -328,13 +337,18 @@ def make_handler(engine: Engine, ready: threading.Event):
                     pieces.append((field, text))
                     if not stream:
                         continue
+                    prompt_ids = [1000 + int(hashlib.sha256(w.encode()).hexdigest()[:4], 16)
+                                  % 1000 for w in prompt.split()] if first and \
+                        body.get("return_token_ids") else None
                     if first and chat:
                         # vLLM sends the role once the first step's output is there, in
                         # the same iteration as that output
                         self._event({"object": "chat.completion.chunk", "model": model,
                                      "choices": [{"index": 0, "delta": {
                                          "role": "assistant", "content": ""},
-                                         "finish_reason": None}]})
+                                         "finish_reason": None}],
+                                     **({"prompt_token_ids": prompt_ids} if prompt_ids
+                                        else {})})
                     # the last text carries the finish reason, as vLLM sends it
                     done = finish if n >= length else None
                     if chat:
@@ -343,6 +357,8 @@ def make_handler(engine: Engine, ready: threading.Event):
                         choice = {"index": 0, "text": text, "finish_reason": done}
                     if body.get("return_token_ids"):
                         choice["token_ids"] = ids
+                        if prompt_ids and not chat:
+                            choice["prompt_token_ids"] = prompt_ids
                     self._event({"model": model, "choices": [choice]})
                 usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
                          "total_tokens": prompt_tokens + n}
@@ -377,6 +393,26 @@ def make_handler(engine: Engine, ready: threading.Event):
             self.wfile.flush()
 
     return Handler
+
+
+def _next_token_logprobs(body: dict, margin: float) -> dict:
+    """A one-token completion after a context of token ids, with the top logprobs as vLLM
+    renders them for ``return_tokens_as_token_ids``: the plain token after ``n`` generated
+    ids is ``n % 97``; a diverging server gives ``(n + 1) % 97`` there."""
+    context = [int(x) for x in body["prompt"]]
+    n = 0
+    while n < len(context) and context[-1 - n] < 1000:
+        n += 1
+    plain, other = n % 97, (n + 1) % 97
+    top = {f"token_id:{plain}": -0.02, f"token_id:{other}": -0.02 - margin}
+    for extra in range(2, int(body.get("logprobs") or 2)):
+        top.setdefault(f"token_id:{(n + extra) % 97}", -12.0 - extra)
+    return {"object": "text_completion", "model": body.get("model"), "choices": [{
+        "index": 0, "text": f" w{plain}", "finish_reason": "length",
+        "logprobs": {"tokens": [f"token_id:{plain}"], "token_logprobs": [-0.02],
+                     "top_logprobs": [top], "text_offset": [0]}}],
+        "usage": {"prompt_tokens": len(context), "completion_tokens": 1,
+                  "total_tokens": len(context) + 1}}
 
 
 def _tensors(path: Path) -> tuple[dict, int]:

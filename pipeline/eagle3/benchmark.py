@@ -56,13 +56,17 @@ a later run report whether its candidate beats the best fixed k of the sweep at 
 Checks: ``requests_ok``, ``spec_decode_metrics`` (every candidate exports the counters and
 drafted), ``spec_counters_consistent``, ``baseline_not_speculating``, and at temperature 0
 with a baseline ``outputs_equal_plain``: at the lowest concurrency every candidate's
-answers equal plain greedy decoding's. A SIGTERM or Ctrl-C stops sending, keeps what was
+answers equal plain greedy decoding's, or part from it only at near-ties: where the plain
+server's own logprobs, asked at the first differing token, put its token and the
+speculative one within ``tie_margin`` nats (bfloat16 rounding in the verifier's
+k+1-token pass; :mod:`pipeline.eagle3.serving.near_ties`). A SIGTERM or Ctrl-C stops sending, keeps what was
 measured (the result says how far it got) and fails the stage.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -71,6 +75,7 @@ from pathlib import Path
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
 from pipeline.eagle3.serving.load_levels import Interrupted, Level, run_level
+from pipeline.eagle3.serving.near_ties import DEFAULT_TIE_MARGIN, adjudicate
 from pipeline.eagle3.serving.prompts import load_prompts, request_bodies
 from pipeline.eagle3.serving.report import fmt
 from pipeline.eagle3.serving.results import Server, conclude, read_sweep
@@ -159,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_bool_arg(p, "ignore-eos", False, "generate max_tokens every time (vLLM extension)")
     add_bool_arg(p, "return-token-ids", True, "ask for the generated token ids (vLLM "
                                               "extension), to compare answers exactly")
+    p.add_argument("--tie-margin", type=float, default=DEFAULT_TIE_MARGIN,
+                   help="nats: an answer that parts from plain greedy decoding passes where "
+                        "plain's own logits put the two tokens at most this far apart "
+                        "(bfloat16 rounding in the k+1-token verify pass); 0: every answer "
+                        "must be equal")
     p.add_argument("--warmup", type=int, default=2, help="unmeasured requests per server")
     p.add_argument("--request-timeout", type=float, default=600.0)
     add_bool_arg(p, "require-spec-metrics", True, "fail when a speculative server exports "
@@ -319,6 +329,9 @@ def _check_args(args: argparse.Namespace) -> None:
     if not 0.5 <= args.confidence < 1:
         raise ActionError(f"confidence is a level between 0.5 and 1 (0.95), got "
                           f"{args.confidence:g}")
+    if args.tie_margin < 0:
+        raise ActionError(f"tie_margin is in nats and >= 0 (0: exact equality), got "
+                          f"{args.tie_margin:g}")
     if args.level_budget <= 0:
         raise ActionError(f"level_budget must be > 0 seconds, got {args.level_budget:g}")
     chosen = args.schedule_from
@@ -401,10 +414,13 @@ def run(args: argparse.Namespace) -> StageResult:
         interrupted = levels[-1] if levels else Level("setup", "-", 0, 0)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    plain = next((s for s in servers if s.role == BASELINE), None)
+    judge = None if plain is None else functools.partial(
+        adjudicate, base_url=plain.url, model=plain.model, api_key=api_key)
     conclude(result, levels, servers, args, out_path=out_path, interrupted=interrupted,
              prompt_ids=[p.id for p in prompts], stops=stops,
-             planned=least * len(servers) * sum(plan.values()))
-    _roofline(result, args, next((s for s in servers if s.role == BASELINE), None), api_key)
+             planned=least * len(servers) * sum(plan.values()), judge=judge)
+    _roofline(result, args, plain, api_key)
     return result
 
 

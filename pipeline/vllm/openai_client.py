@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["HTTPAnswer", "StreamTiming", "get", "stream_request"]
+__all__ = ["HTTPAnswer", "StreamTiming", "get", "post_json", "stream_request"]
 
 Clock = Callable[[], float]
 
@@ -108,6 +108,24 @@ def get(url: str, *, timeout: float = 5.0, api_key: str | None = None) -> HTTPAn
         conn.close()
 
 
+def post_json(url: str, body: Mapping[str, Any], *, timeout: float = 30.0,
+              api_key: str | None = None) -> HTTPAnswer:
+    """``POST url`` with a JSON body, not streamed; never raises."""
+    try:
+        conn, path = _connection(url, timeout)
+    except ValueError as exc:
+        return HTTPAnswer(None, error=str(exc))
+    try:
+        conn.request("POST", path, body=json.dumps(body).encode(),
+                     headers=_headers(api_key, True))
+        resp = conn.getresponse()
+        return HTTPAnswer(resp.status, resp.read())
+    except (OSError, http.client.HTTPException) as exc:
+        return HTTPAnswer(None, error=_reason(exc))
+    finally:
+        conn.close()
+
+
 @dataclass
 class StreamTiming:
     ok: bool = False
@@ -123,6 +141,7 @@ class StreamTiming:
     finish_reason: str | None = None
     output: str = ""
     token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None  # the prompt as the server tokenized it
     itl: list[float] = field(default_factory=list)
 
     @property
@@ -132,7 +151,15 @@ class StreamTiming:
         return (self.latency - self.ttft) / (self.output_tokens - 1)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "tpot": self.tpot}
+        out = asdict(self)
+        del out["prompt_token_ids"]  # the same few dozen ids on every request of a prompt
+        return {**out, "tpot": self.tpot}
+
+
+def _ids(value: Any) -> list[int] | None:
+    if not isinstance(value, list) or not value:
+        return None
+    return [x for x in value if isinstance(x, int) and not isinstance(x, bool)]
 
 
 def _delta_text(choice: Mapping[str, Any]) -> tuple[str, str]:
@@ -199,6 +226,12 @@ def stream_request(base_url: str, path: str, body: Mapping[str, Any], *,
                 timing.output_tokens = int(usage["completion_tokens"])
                 timing.usage_reported = True
             choices = event.get("choices") or []
+            if timing.prompt_token_ids is None:
+                # vLLM sends it once, with return_token_ids: on the first chat chunk, and
+                # on the first choice of a completions stream
+                timing.prompt_token_ids = _ids(event.get("prompt_token_ids")) or next(
+                    (_ids(c.get("prompt_token_ids")) for c in choices
+                     if isinstance(c, dict) and c.get("prompt_token_ids")), None)
             if choices and timing.ttft is not None:
                 timing.itl.append(now - last_chunk)  # type: ignore[operator]
             for choice in choices:

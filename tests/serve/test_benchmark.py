@@ -221,7 +221,43 @@ def test_a_lossy_engine_fails_the_outputs_check_and_says_where(tmp_path: Path,
     assert "first difference: request 0 (prompt chat-01) at token 5, spec [6, 7" in \
         check["message"], check["message"]
     assert "against plain [5, 6" in check["message"]
+    # asked, plain's own logits put spec's token 6 nats below its own: no rounding
+    assert "3 of 3 place(s) are no near-tie: prompt chat-01 at token 5, spec's token 6 is " \
+        "6.000 nats below plain's token (5; <= 0.5 nats would be rounding)" in \
+        check["message"], check["message"]
+    assert [t["margin"] for t in m["outputs_ties"]] == [6.0, 6.0, 6.0]
     assert code != 0
+
+
+@pytest.mark.parametrize("margin, passed", [("0.5", True), ("0", False)])
+def test_answers_that_part_at_a_near_tie_pass_and_say_so(tmp_path: Path, fake_server,
+                                                         margin: str, passed: bool) -> None:
+    # the plain server rates the token the spec server gives only 0.05 nats below its own,
+    # as bfloat16 rounding in a k+1-token verify pass can turn it (a 3.1B verifier at k=5)
+    base_url, base_record = fake_server("--fake-tie-margin", "0.05")
+    spec_url, _ = fake_server("--fake-diverge-after", "5", spec=SPEC)
+    code, doc, out = benchmark(tmp_path, "--url", spec_url, "--baseline-url", base_url,
+                               "--prompts", CHAT_PROMPTS, "--concurrency", "[1]",
+                               "--max-tokens", "12", "--warmup", "0", "--requests", "3",
+                               "--tie-margin", margin)
+    check = next(c for c in doc["checks"] if c["name"] == "outputs_equal_plain")
+    assert check["passed"] is passed and check["value"] == "0/3", out
+    if not passed:
+        assert "outputs_ties" not in doc["metrics"]
+        assert code != 0
+        return
+    assert code == 0, out
+    assert "the 3 that differ part at 3 place(s), each a near-tie of plain's own logits " \
+        "(margin 0.050 nats at most, <= 0.5 allowed)" in check["message"], check["message"]
+    ties = doc["metrics"]["outputs_ties"]
+    assert [(t["prompt"], t["at"], t["spec_token"], t["plain_token"], t["margin"])
+            for t in ties] == [(p, 5, 6, 5, 0.05) for p in ("chat-01", "chat-02", "chat-03")]
+    # each asked once, on the plain server, with the prompt's ids and the 5 shared tokens
+    asked = [r["body"] for r in sent(base_record) if isinstance(r["body"].get("prompt"),
+                                                                  list)]
+    assert len(asked) == 3
+    assert all(b["prompt"][-5:] == [0, 1, 2, 3, 4] and min(b["prompt"][:-5]) >= 1000
+               and b["max_tokens"] == 1 and b["return_tokens_as_token_ids"] for b in asked)
 
 
 def test_held_out_prompts_are_picked_as_verify_picks_them(tmp_path: Path,

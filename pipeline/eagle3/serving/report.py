@@ -5,16 +5,20 @@ the same requests. At temperature 0 speculative decoding is lossless by construc
 verifier accepts a drafted token only where it is the verifier's own greedy choice, so
 every answer must equal plain greedy decoding's, token for token. A difference means the
 engine feeds the drafter or the verifier differently (or a batch's kernels round
-differently, which is why each concurrency is reported on its own). The tables are
+differently, which is why each concurrency is reported on its own). Each differing answer's
+first differing token, with the context plain scored it in, is kept as a
+:class:`~pipeline.eagle3.serving.near_ties.Divergence` for
+:mod:`pipeline.eagle3.serving.near_ties` to judge. The tables are
 :mod:`pipeline.eagle3.serving.tables`'. Standard library only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.eagle3.serving.load_levels import Level
+from pipeline.eagle3.serving.near_ties import Divergence
 from pipeline.vllm.openai_client import StreamTiming
 
 __all__ = ["OutputComparison", "compare_outputs", "fmt"]
@@ -29,6 +33,9 @@ class OutputComparison:
     equal: int = 0
     by_tokens: int = 0                    # comparisons made on token ids (else on text)
     first_difference: dict[str, Any] | None = None
+    # the differing answers' first differing tokens, one per distinct place
+    divergences: list[Divergence] = field(default_factory=list)
+    unplaced: int = 0                     # differing answers with no Divergence (no ids)
 
     @property
     def share(self) -> float | None:
@@ -36,9 +43,13 @@ class OutputComparison:
 
     def merged(self, other: OutputComparison) -> OutputComparison:
         """This comparison and another of the same level (another trial's)."""
+        seen = {d.key for d in self.divergences}
         return OutputComparison(self.concurrency, self.compared + other.compared,
                                 self.equal + other.equal, self.by_tokens + other.by_tokens,
-                                self.first_difference or other.first_difference)
+                                self.first_difference or other.first_difference,
+                                self.divergences + [d for d in other.divergences
+                                                    if d.key not in seen],
+                                self.unplaced + other.unplaced)
 
     def to_json(self) -> dict[str, Any]:
         return {"concurrency": self.concurrency, "compared": self.compared,
@@ -72,6 +83,9 @@ def compare_outputs(spec: Level, base: Level, prompt_ids: list[str]) -> OutputCo
         out.compared += 1
         out.equal += equal
         out.by_tokens += by_tokens
+        if not equal:
+            _place(out, r, other, prompt_ids[i % len(prompt_ids)] if prompt_ids else str(i),
+                   at)
         if not equal and out.first_difference is None:
             unit = "token" if by_tokens else "character"
             out.first_difference = {
@@ -81,6 +95,19 @@ def compare_outputs(spec: Level, base: Level, prompt_ids: list[str]) -> OutputCo
                 "baseline": (other.token_ids[at:at + 8] if by_tokens  # type: ignore[index]
                              else other.output[at:at + 40])}
     return out
+
+
+def _place(out: OutputComparison, spec: StreamTiming, base: StreamTiming, prompt: str,
+           at: int) -> None:
+    """Keep where this differing answer first parts from plain's, once per place."""
+    ids, plain, context = spec.token_ids, base.token_ids, base.prompt_token_ids
+    if ids is None or plain is None or context is None or at >= len(ids) or \
+            at >= len(plain):
+        out.unplaced += 1  # no ids to judge by, or one answer is a prefix of the other
+        return
+    d = Divergence(prompt, at, ids[at], plain[at], tuple(context) + tuple(plain[:at]))
+    if all(x.key != d.key for x in out.divergences):
+        out.divergences.append(d)
 
 
 def fmt(x: float | None, spec: str = ".0f") -> str:

@@ -15,13 +15,15 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult
 from pipeline.eagle3.serving.load_levels import Level
-from pipeline.eagle3.serving.report import fmt
+from pipeline.eagle3.serving.near_ties import Divergence, TieVerdict
+from pipeline.eagle3.serving.report import OutputComparison, fmt
 from pipeline.eagle3.serving.tables import (
     candidate_rows,
     render_latency,
@@ -39,6 +41,9 @@ from pipeline.errors import ActionError
 from pipeline.series import emit
 from pipeline.vllm import schedule as sched
 from pipeline.vllm.metrics import SpecDelta
+
+# asks the plain server about answers that part from its own
+Judge = Callable[[list[Divergence]], list[TieVerdict]]
 
 __all__ = ["Server", "conclude", "read_sweep"]
 
@@ -123,10 +128,11 @@ def _candidate_summary(levels: list[Level], found: dict[int, LevelVerdict]) -> d
 def conclude(result: StageResult, levels: list[Level], servers: list[Server],
              args: argparse.Namespace, *, out_path: Path, interrupted: Level | None,
              prompt_ids: list[str], stops: dict[int, str] | None = None,
-             planned: int = 0) -> None:
+             planned: int = 0, judge: Judge | None = None) -> None:
     """Fill ``result`` from the levels measured; ``stops`` says why each level took no
     more trials, ``planned`` the least number of requests the whole run was to send (for
-    the message of an interrupted one)."""
+    the message of an interrupted one); ``judge`` asks the plain server about answers that
+    differ from its own (:mod:`pipeline.eagle3.serving.near_ties`)."""
     m: dict[str, Any] = {}
     has_baseline = any(s.role == BASELINE for s in servers)
     candidates = [s for s in servers if s.role != BASELINE]
@@ -206,7 +212,7 @@ def conclude(result: StageResult, levels: list[Level], servers: list[Server],
     _write_details(out_path, levels, args)
     result.artifacts.append(str(out_path))
     level_series(found, by_server)
-    _checks(result, levels, candidates, found, args, has_baseline)
+    _checks(result, levels, candidates, found, args, has_baseline, judge)
     _summary(result, found[primary], total, interrupted, levels,
              planned if args.min_seconds <= 0 else None)
 
@@ -377,7 +383,7 @@ def _against_sweep(result: StageResult, found: dict[int, LevelVerdict], path: Pa
 
 def _checks(result: StageResult, levels: list[Level], candidates: list[Server],
             found: dict[str, dict[int, LevelVerdict]], args: argparse.Namespace,
-            has_baseline: bool) -> None:
+            has_baseline: bool, judge: Judge | None = None) -> None:
     failed = result.metrics["requests_failed"]
     first_error = next((r.error for lv in levels for r in lv.failed), None)
     result.check("requests_ok", failed == 0, value=failed, expected=0,
@@ -413,7 +419,8 @@ def _checks(result: StageResult, levels: list[Level], candidates: list[Server],
         result.check("spec_counters_consistent", not problems, value=len(problems),
                      expected=0, message="; ".join(problems) or "counters add up")
     if has_baseline and args.temperature == 0:
-        _outputs_check(result, candidates, found)
+        _outputs_check(result, candidates, found, judge,
+                       getattr(args, "tie_margin", 0.0) or 0.0)
     if has_baseline:
         base_drafts = _total(levels, BASELINE).drafts
         result.check("baseline_not_speculating", base_drafts == 0, value=base_drafts,
@@ -421,12 +428,19 @@ def _checks(result: StageResult, levels: list[Level], candidates: list[Server],
                      base_drafts else "no drafts on the baseline")
 
 
+MAX_JUDGED = 32  # requests to the plain server per candidate; more places: not judged
+
+
 def _outputs_check(result: StageResult, candidates: list[Server],
-                   found: dict[str, dict[int, LevelVerdict]]) -> None:
-    """At the lowest concurrency every candidate's answers equal plain greedy decoding's;
-    the other levels are reported (a batch's kernels may round a near-tie the other way)."""
+                   found: dict[str, dict[int, LevelVerdict]], judge: Judge | None,
+                   tie_margin: float) -> None:
+    """At the lowest concurrency every candidate's answers equal plain greedy decoding's,
+    or part from it only at near-ties of plain's own logits (within ``tie_margin`` nats,
+    asked of the plain server by ``judge``); the other levels are reported (a batch's
+    kernels may round a near-tie the other way)."""
     parts: list[str] = []
     values: list[tuple[bool, str]] = []  # (good, "equal/compared") per candidate
+    judged: list[dict[str, Any]] = []
     for s in candidates:
         outputs = {c: v.outputs for c, v in found[s.role].items() if v.outputs is not None}
         if not outputs:
@@ -440,16 +454,56 @@ def _outputs_check(result: StageResult, candidates: list[Server],
                  f"at {diff['unit']} {diff['at']}, spec {diff['spec']!r} against plain "
                  f"{diff['baseline']!r}") if diff else ""
         name = f"{s.role}: " if len(candidates) > 1 else ""
-        values.append((first.compared > 0 and first.equal == first.compared,
-                       f"{first.equal}/{first.compared}"))
+        good = first.compared > 0 and first.equal == first.compared
+        ties = ""
+        if not good and first.compared > 0 and judge is not None and tie_margin > 0:
+            good, ties, rows = _near_ties(first, judge, tie_margin)
+            judged += [{"candidate": s.role, "concurrency": low, **r} for r in rows]
+        values.append((good, f"{first.equal}/{first.compared}"))
         parts.append(f"{name}c={low}: {first.equal}/{first.compared} answers equal plain "
-                     f"greedy ({'token ids' if first.by_tokens else 'text'})"
+                     f"greedy ({'token ids' if first.by_tokens else 'text'})" + ties
                      + (f"; {others}" if others else "") + where)
+    if judged:
+        result.metrics["outputs_ties"] = judged
     if values:
         ok = all(good for good, _v in values)
         value = next((v for good, v in values if not good), values[0][1])
         result.check("outputs_equal_plain", ok, value=value,
-                     expected="all equal at temperature 0", message="; ".join(parts))
+                     expected="all equal at temperature 0" + (
+                         f", or parting only at near-ties (<= {tie_margin:g} nats)"
+                         if judge is not None and tie_margin > 0 else ""),
+                     message="; ".join(parts))
+
+
+def _near_ties(first: OutputComparison, judge: Judge, limit: float
+               ) -> tuple[bool, str, list[dict[str, Any]]]:
+    """(every differing answer parts at a near-tie, the words for the check, the rows)."""
+    places = first.divergences
+    if first.unplaced or not places or len(places) > MAX_JUDGED:
+        why = (f"{first.unplaced} differing answer(s) without token ids to judge by"
+               if first.unplaced or not places else
+               f"{len(places)} places to judge, more than {MAX_JUDGED}")
+        return False, f"; not judged as near-ties: {why}", []
+    verdicts = judge(places)
+    rows = [v.to_json() for v in verdicts]
+    errors = [v for v in verdicts if v.error]
+    if errors:
+        return False, f"; the plain server could not judge them: {errors[0].error}", rows
+    wide = [v for v in verdicts if not v.near_tie(limit)]
+    margins = [v.margin for v in verdicts if v.margin is not None]
+    differ = first.compared - first.equal
+    if not wide:
+        return True, (f"; the {differ} that differ part at {len(places)} place(s), each a "
+                      f"near-tie of plain's own logits (margin {max(margins):.3f} nats at "
+                      f"most, <= {limit:g} allowed): rounding in the verifier's k+1-token "
+                      "pass, not a lossy drafter"), rows
+    worst = wide[0]
+    d = worst.divergence
+    how = ("not among plain's top choices" if worst.margin == float("inf") else
+           f"{worst.margin:.3f} nats below plain's token")
+    return False, (f"; {len(wide)} of {len(places)} place(s) are no near-tie: prompt "
+                   f"{d.prompt} at token {d.at}, spec's token {d.spec_token} is {how} "
+                   f"({d.plain_token}; <= {limit:g} nats would be rounding)"), rows
 
 
 def _summary(result: StageResult, found: dict[int, LevelVerdict], total: SpecDelta,

@@ -1,0 +1,115 @@
+"""Where a speculative answer parts from plain greedy decoding: a near-tie, or a lossy drafter.
+
+Speculative decoding is lossless in exact arithmetic. In bfloat16 it is lossless up to
+rounding: the verifier scores k+1 tokens in one pass where plain decoding scores one, so
+its kernels run other shapes and round differently, and where plain's two best tokens are
+almost level, the other one can win. A 3.1B verifier served with EAGLE-3 at k=5 did this
+on one prompt of 32 at c=1 (H100, vLLM 0.26.0, 2026-12-07), while k=3 gave every answer
+equal; a drafter that breaks the guarantee gives wrong tokens anywhere.
+
+So a difference is judged by the plain server's own logits at the first token where the
+two answers part: the same context (the prompt's token ids and the tokens both produced)
+sent back as a one-token completion with ``logprobs``, and the margin between plain's
+token and the speculative one read off. A margin within ``limit`` nats is a near-tie that
+rounding can turn; anything wider, or a speculative token outside plain's top
+``TOP_LOGPROBS``, is a real difference. Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.vllm.openai_client import post_json
+
+__all__ = ["DEFAULT_TIE_MARGIN", "TOP_LOGPROBS", "Divergence", "TieVerdict", "adjudicate"]
+
+# A judgement, not a measurement yet: bfloat16 rounding moves a logit by hundredths to
+# tenths of a nat, and a drafter that breaks losslessness proposes tokens that plain rates
+# far lower. Every judged margin is recorded (metrics.outputs_ties) to set it from data.
+DEFAULT_TIE_MARGIN = 0.5
+TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first token at which one speculative answer parts from plain's."""
+
+    prompt: str
+    at: int                         # index of the first differing generated token
+    spec_token: int
+    plain_token: int
+    context: tuple[int, ...]        # the prompt's token ids + the tokens both produced
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        return (self.prompt, self.at, self.spec_token, self.plain_token)
+
+
+@dataclass(frozen=True)
+class TieVerdict:
+    divergence: Divergence
+    margin: float | None            # plain's logprob of its token minus of spec's; inf:
+    #                                 spec's token not in plain's top TOP_LOGPROBS
+    error: str | None = None        # why the plain server could not be asked
+
+    def near_tie(self, limit: float) -> bool:
+        return self.error is None and self.margin is not None and self.margin <= limit
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.divergence
+        margin = None if self.margin is None or math.isinf(self.margin) else \
+            round(self.margin, 4)
+        return {"prompt": d.prompt, "at": d.at, "spec_token": d.spec_token,
+                "plain_token": d.plain_token, "context_tokens": len(d.context),
+                "margin": margin, "outside_top": self.margin is not None and
+                math.isinf(self.margin), "error": self.error}
+
+
+def _token_id(key: str) -> int | None:
+    # return_tokens_as_token_ids renders each token as "token_id:<id>"
+    head, _, tail = key.partition(":")
+    return int(tail) if head == "token_id" and tail.lstrip("-").isdigit() else None
+
+
+def next_token_logprobs(base_url: str, model: str, context: Sequence[int], *,
+                        api_key: str | None = None, timeout: float = 30.0
+                        ) -> tuple[dict[int, float] | None, str | None]:
+    """Plain's top :data:`TOP_LOGPROBS` next tokens after ``context`` with their logprobs
+    (raw, before any sampling setting), or why they could not be had."""
+    answer = post_json(base_url.rstrip("/") + "/v1/completions", {
+        "model": model, "prompt": list(context), "max_tokens": 1, "temperature": 0,
+        "logprobs": TOP_LOGPROBS, "return_tokens_as_token_ids": True}, timeout=timeout,
+        api_key=api_key)
+    if not answer.ok:
+        return None, answer.describe()
+    try:
+        top = answer.json()["choices"][0]["logprobs"]["top_logprobs"][0]
+        out = {tid: float(lp) for key, lp in top.items()
+               if (tid := _token_id(str(key))) is not None}
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None, "the answer has no top_logprobs with token ids"
+    return (out, None) if out else (None, "the answer has no top_logprobs with token ids")
+
+
+def adjudicate(divergences: Sequence[Divergence], base_url: str, model: str, *,
+               api_key: str | None = None, timeout: float = 30.0) -> list[TieVerdict]:
+    """One verdict per divergence, each from one request to the plain server."""
+    verdicts = []
+    for d in divergences:
+        top, error = next_token_logprobs(base_url, model, d.context, api_key=api_key,
+                                         timeout=timeout)
+        if top is None:
+            verdicts.append(TieVerdict(d, None, error))
+            continue
+        best = top.get(d.plain_token)
+        if best is None:
+            verdicts.append(TieVerdict(d, None, f"plain's own token {d.plain_token} is not "
+                                       "among its top logprobs now: the server answers "
+                                       "differently than it did"))
+            continue
+        theirs = top.get(d.spec_token)
+        verdicts.append(TieVerdict(d, math.inf if theirs is None else best - theirs))
+    return verdicts
