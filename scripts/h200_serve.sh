@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# examples/eagle3-h200.yaml through the harness on the lent H200, served for real, and the
-# sabotaged variant blocked by its served numbers. Logs and JSON go to $OUT as they come.
+# examples/eagle3-h200.yaml (or $SPEC) through the harness on a GPU host, served for real,
+# and the sabotaged variant blocked by its served numbers. Logs and JSON go to $OUT as they come.
 #
 # On the device, after the two unpack calls (../shared/tools/vllm-h200/README.md), from a
 # copy of the project. The device ends a command after ten minutes and kills what it leaves
@@ -23,6 +23,8 @@
 # servers answered after 152-213 s), sweep 47, benchmark_peagle 70, serve_schedule 74. The
 # benchmark takes up to 180 s a level, about 13 minutes; the reference in two rounds
 # about 2.
+# SPEC=eagle3-3b runs examples/eagle3-3b.yaml the same way (its own run directory and
+# session); RUN_ARGS adds options to the detached `harness run` (e.g. '--retry-blocked').
 # To spend less, SET overrides keys of the copied spec before a fresh run, e.g.
 #   SET='sweep.with.min_seconds=3 reference.run=' bash scripts/h200_serve.sh b
 # (`stage.with.key=value` as YAML; an empty `reference.run=` drops that stage.)
@@ -35,18 +37,20 @@ PHASE=${1:-all}
 OUT=${OUT:-/tmp/h200-serve-out}
 WORK=${WORK:-/tmp/h200-serve}
 BUDGET=${BUDGET:-560}
+SPEC=${SPEC:-eagle3-h200}   # examples/$SPEC.yaml; eagle3-3b is the 3.1B verifier's example
+SESSION=$([ "$SPEC" = eagle3-h200 ] && echo h200 || echo "$SPEC")
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$ROOT:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0
 export HARNESS_DB="$WORK/state.db" HARNESS_REPO="$ROOT"
-RUNS="$WORK/runs/eagle3-h200"
+RUNS="$WORK/runs/$SPEC"
 harness() { python3 -m harness "$@"; }
 stamp() { echo "[$(date +%T)] $*"; }
 
 copy_specs() {  # the examples' run directory is relative to the spec: keep them beside it
-  cp "$ROOT"/examples/eagle3-h200.yaml "$ROOT"/examples/eagle3-h200-sabotaged.yaml "$WORK/"
+  cp "$ROOT/examples/$SPEC.yaml" "$ROOT"/examples/eagle3-h200-sabotaged.yaml "$WORK/"
   [ -n "${SET:-}" ] || return 0
-  python3 - "$WORK/eagle3-h200.yaml" ${SET} <<'PY'
+  python3 - "$WORK/$SPEC.yaml" ${SET} <<'PY'
 import sys, yaml
 path, *sets = sys.argv[1:]
 doc = yaml.safe_load(open(path))
@@ -87,7 +91,7 @@ collect() {  # $1: a name; the stage results, server logs, bench.json, the sched
 phase_a() {
   copy_specs
   stamp "phase a: harness run --until verify"
-  harness -s h200 run --until verify "$WORK/eagle3-h200.yaml" 2>&1 | tee "$OUT/a.log"
+  harness -s "$SESSION" run --until verify "$WORK/$SPEC.yaml" 2>&1 | tee "$OUT/a.log"
   stamp "rc=${PIPESTATUS[0]}"
 }
 
@@ -100,8 +104,8 @@ phase_b() {  # start the served run detached (or find it running), follow it up 
     copy_specs
     stamp "phase b: harness run, detached (resume: finished stages are skipped)"
     : >"$WORK/b.log"
-    setsid nohup bash -c 'python3 -m harness -s h200 run "$1"; echo "rc=$?" >"$2"' _ \
-      "$WORK/eagle3-h200.yaml" "$WORK/b.rc" >>"$WORK/b.log" 2>&1 </dev/null &
+    setsid nohup bash -c 'python3 -m harness -s "$3" run "$1" ${RUN_ARGS:-}; echo "rc=$?" >"$2"' _ \
+      "$WORK/$SPEC.yaml" "$WORK/b.rc" "$SESSION" >>"$WORK/b.log" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$WORK/b.pid"
     rm -f "$WORK/b.rc"
@@ -112,13 +116,13 @@ phase_b() {  # start the served run detached (or find it running), follow it up 
     stamp "still running (harness run pid $pid): call 'bash scripts/h200_serve.sh b' again" \
       "within 30 s" | tee -a "$OUT/b.log"
     # what has finished so far comes back too, in case no later call gets to collect
-    { harness -s h200 status; harness -s h200 verifications --json; } >"$OUT/b-status.txt" 2>&1
+    { harness -s "$SESSION" status; harness -s "$SESSION" verifications --json; } >"$OUT/b-status.txt" 2>&1
     collect b
     return 0
   fi
   stamp "$(cat "$WORK/b.rc" 2>/dev/null || echo 'rc unknown')" | tee -a "$OUT/b.log"
   sleep 3; gpu_procs 2>&1 | tee -a "$OUT/b.log"
-  { harness -s h200 status; harness -s h200 verifications --json; } >"$OUT/b-status.txt" 2>&1
+  { harness -s "$SESSION" status; harness -s "$SESSION" verifications --json; } >"$OUT/b-status.txt" 2>&1
   collect b
 }
 

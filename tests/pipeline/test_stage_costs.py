@@ -45,7 +45,7 @@ def test_the_3b_example_is_planned_before_the_run() -> None:
     assert c["params"] == PARAMS and c["weight_bytes"] == 2 * PARAMS
     t = c["training"]
     assert t["state_bytes"] == 16 * PARAMS and t["autocast_copy_bytes"] == 2 * PARAMS
-    assert t["rows"] == 32 and t["fits"] and t["total"] < 80e9
+    assert t["rows"] == 16 and t["fits"] and t["total"] < 80e9
     # eight servers of 1280 MiB of KV cache each, 0.12 of the GPU each
     assert len(c["servers"]) == 8 and c["servers_kv_bytes"] == 8 * 1280 * 2 ** 20
     assert c["servers_utilization"] == 0.96
