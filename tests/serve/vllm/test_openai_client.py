@@ -59,3 +59,20 @@ def test_failures_are_results_not_exceptions(fake_server) -> None:
     assert not bad.ok and "not an http(s) URL" in bad.error
     assert get(f"{url}/nowhere").status == 404
     assert get(f"http://127.0.0.1:{free_port()}/health").error == "connection refused"
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "two words"}]}),
+    ("/v1/completions", {"prompt": "two words"})])
+def test_the_prompts_token_ids_are_kept_once_from_either_endpoint(fake_server, path,
+                                                                  body) -> None:
+    # vLLM sends them on the first chat chunk, and on the first completions choice
+    url, _ = fake_server()
+    t = stream_request(url, path, {"model": "tiny", "max_tokens": 6,
+                                   "return_token_ids": True, **body})
+    assert t.ok, t.error
+    assert t.token_ids == [0, 1, 2, 3, 4, 5]
+    assert t.prompt_token_ids and all(x >= 1000 for x in t.prompt_token_ids)
+    assert "prompt_token_ids" not in t.to_json()  # bench.json keeps the answers only
+    plain = stream_request(url, path, {"model": "tiny", "max_tokens": 6, **body})
+    assert plain.ok and plain.prompt_token_ids is None and plain.token_ids is None
