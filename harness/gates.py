@@ -262,8 +262,8 @@ def _hold_interval(item: GateItem, at: int, low: float, high: float,
                      f">= {_fmt(least)} inside it"
                      + (f" (+-{width:.1%} when {ran_out} ran out)" if _is_number(width)
                         else "")
-                     + ": give the level more time (`level_budget`, `max_trials`) or "
-                       "steadier runs (`min_seconds`)")
+                     + ": give the level more time (`level_budget`, `extra_budget`, "
+                       "`max_trials`) or steadier runs (`min_seconds`)")
     else:
         item.note = span
 

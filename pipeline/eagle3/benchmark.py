@@ -18,7 +18,8 @@ and a trial's speedup is the candidate's tokens/s over the baseline's in that tr
 number) the level goes on, two trials at a time, until every candidate's 95% interval
 (``confidence``) of the speedup is within ``ci_width`` (default ± 5%) of its estimate, or
 ``level_budget`` seconds (default 120) of the level have passed, or ``max_trials`` (default
-16) were run. ``trials: 1`` measures each level once, with no interval (a quick sweep).
+16) were run; ``extra_budget`` seconds more then go to the levels that stopped wide,
+nearest to settling first (:mod:`pipeline.eagle3.serving.sequential`). ``trials: 1`` measures each level once, with no interval (a quick sweep).
 Per server and level it measures output tokens/s, TTFT, TPOT (``(latency - TTFT) / (tokens
 - 1)``, as ``vllm bench serve``), ITL (the gaps between stream chunks) with p50/p99; around
 every run it scrapes ``/metrics`` for the spec-decode counter deltas
@@ -156,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--level-budget", type=float, default=120.0,
                    help="seconds: no new pair of trials starts at a level after this long "
                         "(its interval is then reported as it is)")
+    p.add_argument("--extra-budget", type=float, default=0.0,
+                   help="seconds after the pass over the levels, for the levels that "
+                        "stopped wide: one ABBA block at a time, the one nearest to "
+                        "settling first (0: none)")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--output-len", type=int, default=None,
                    help="every answer this many tokens (ignore_eos) instead of natural "
@@ -334,6 +339,8 @@ def _check_args(args: argparse.Namespace) -> None:
                           f"{args.tie_margin:g}")
     if args.level_budget <= 0:
         raise ActionError(f"level_budget must be > 0 seconds, got {args.level_budget:g}")
+    if args.extra_budget < 0:
+        raise ActionError(f"extra_budget must be >= 0 seconds, got {args.extra_budget:g}")
     chosen = args.schedule_from
     if chosen is not None and (not isinstance(chosen, list) or not all(
             isinstance(n, str) and n in args.url for n in chosen)):
@@ -368,7 +375,7 @@ def run(args: argparse.Namespace) -> StageResult:
     interrupted: Level | None = None
     plan = {c: args.requests or 10 * c for c in args.concurrency}
     rule = Rule(args.trials, args.max_trials, args.ci_width, args.confidence,
-                args.level_budget)
+                args.level_budget, args.extra_budget)
     least = least_trials(args.trials)
     floor = least * len(args.concurrency) * len(servers) * args.min_seconds
     print("plan: per level (" + ", ".join(f"c={c}: >= {n} requests" for c, n in plan.items())
@@ -376,7 +383,8 @@ def run(args: argparse.Namespace) -> StageResult:
           f"{len(servers)} server(s), each run >= {args.min_seconds:g} s"
           + ("" if least == 1 else f", ABBA order, until the {args.confidence:.0%} interval "
              f"is within +-{args.ci_width:.0%} or {args.level_budget:g} s of the level have "
-             "passed") + (f": at least {floor:.0f} s" if floor else ""), flush=True)
+             "passed" + (f", then up to {args.extra_budget:g} s more for the levels still "
+                         "wide" if args.extra_budget > 0 else "")) + (f": at least {floor:.0f} s" if floor else ""), flush=True)
     stops: dict[int, str] = {}
 
     def one(server: Server, c: int, trial: int) -> Level:

@@ -179,8 +179,8 @@ def test_the_gate_decides_on_the_interval_pass_fail_or_undecided() -> None:
     assert c4.outcome == "undecided" and not c4.passed
     assert c4.line == ("served_speedup c=4 undecided: 1.31x, 95% interval 1.22-1.41x, 12 "
                        "trials, holds >= 1.3 inside it (+-7.6% when its 90 s budget ran "
-                       "out): give the level more time (`level_budget`, `max_trials`) or "
-                       "steadier runs (`min_seconds`)")
+                       "out): give the level more time (`level_budget`, `extra_budget`, "
+                       "`max_trials`) or steadier runs (`min_seconds`)")
     assert c4.needs == c4.line  # the blocked todo's reason says the same
     # an estimate above the threshold does not pass while the interval reaches below it
     (near,) = gate_items(parse_gate({"min_served_speedup": {"at": 1, "min": 1.5}}), metrics)

@@ -189,3 +189,52 @@ def test_one_trial_measures_each_level_once_and_gives_no_interval(tmp_path: Path
     m = _metrics(tmp_path, levels, stops, rule)
     assert m["speedup_c1"] == pytest.approx(1.6) and "speedup_low_c1" not in m
     assert _held(m, 1.3) == "undecided"
+
+
+def _noisy(spread: dict[int, float]) -> Callable[[str, int, int, float], float]:
+    """Plain at 100 tok/s; the candidate at 1.5x, moved by +-``spread[c]`` every trial."""
+    def rate(role: str, c: int, trial: int, t: float) -> float:
+        if role != "spec":
+            return 100.0
+        return 150.0 * (1 + spread[c] * (1 if trial % 2 else -1))
+    return rate
+
+
+def test_extra_time_goes_to_the_levels_still_wide_until_they_settle(tmp_path: Path) -> None:
+    # c=1 settles in 4 trials; c=16 (+-10% a trial) is wide when its 8 s run out, and the
+    # pooled extra time takes it, a whole ABBA block at a time, to +-5%
+    script = Script(_noisy({1: 0.0, 16: 0.10}))
+    rule = Rule(trials=4, max_trials=40, level_budget=8, extra_budget=120)
+    lines: list[str] = []
+    levels: list[Level] = []
+    stops = measure([BASE, SPEC], [1, 16], rule, script.run, levels, ["p"],
+                    clock=script.clock, out=lines.append)
+    assert stops == {1: "settled", 16: "settled"}
+    trials = {c: max(lv.trial for lv in levels if lv.concurrency == c) for c in (1, 16)}
+    assert trials[1] == 4 and 4 < trials[16] < 40 and trials[16] % 2 == 0
+    (v,) = verdicts([lv for lv in levels if lv.concurrency == 16], "spec", ["p"]).values()
+    assert v.settled and v.interval.half_width <= 0.05
+    # the extra trials keep the ABBA order of their level
+    extra = [(lv.trial, lv.role) for lv in levels if lv.concurrency == 16 and lv.trial > 4]
+    assert extra[:4] == [(5, "baseline"), (5, "spec"), (6, "spec"), (6, "baseline")]
+    assert any(line.startswith("[c=16] after 6 trials (") and "of the extra 120" in line
+               for line in lines), lines
+    assert _metrics(tmp_path, levels, stops, rule)["unsettled_levels"] == []
+    # without it, c=16 stops wide at its own budget
+    without = Script(_noisy({1: 0.0, 16: 0.10}))
+    _levels, stops = _measure(without, Rule(trials=4, max_trials=40, level_budget=8),
+                              concurrency=(1, 16))
+    assert stops == {1: "settled", 16: "budget"}
+
+
+def test_the_level_nearest_to_settling_gets_the_extra_time_first() -> None:
+    # both wide after 4 trials; c=4 (+-4%) needs a block or so, c=16 (+-10%) a dozen: with
+    # time for two blocks, c=4 settles and c=16 gets what is left
+    script = Script(_noisy({4: 0.04, 16: 0.10}))
+    rule = Rule(trials=4, max_trials=40, level_budget=8, extra_budget=6)
+    levels, stops = _measure(script, rule, concurrency=(16, 4))
+    assert stops == {16: "budget", 4: "settled"}
+    trials = {c: max(lv.trial for lv in levels if lv.concurrency == c) for c in (4, 16)}
+    assert trials == {4: 6, 16: 6}
+    order = [lv.concurrency for lv in levels if lv.trial > 4]
+    assert order == [4] * 4 + [16] * 4  # c=4's block first, though c=16 was measured first

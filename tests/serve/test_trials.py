@@ -203,6 +203,7 @@ def test_several_candidates_share_one_baseline_and_the_sweep_writes_a_schedule(
     (["--trials", "4", "--max-trials", "2"], "max_trials (2) is below trials (4)"),
     (["--confidence", "95"], "confidence is a level between 0.5 and 1"),
     (["--level-budget", "0"], "level_budget must be > 0 seconds"),
+    (["--extra-budget", "-5"], "extra_budget must be >= 0 seconds, got -5"),
     (["--tie-margin", "-0.1"], "tie_margin is in nats and >= 0 (0: exact equality), got "
                                "-0.1"),
     (["--url", '{"baseline": "http://x"}'], "'baseline' names the baseline_url"),

@@ -391,8 +391,11 @@ def _bench_seconds(par: dict[str, Any]) -> tuple[float | None, str]:
     seconds = len(levels) * servers * trials * per
     if par.get("level_budget"):
         seconds = min(seconds, len(levels) * float(par["level_budget"]))
-    return seconds, (f"{len(levels)} levels x {servers} servers x {trials} trials of "
-                     f"{per:g} s, warm-up not counted")
+    extra = float(par.get("extra_budget") or 0)
+    return seconds + extra, (f"{len(levels)} levels x {servers} servers x {trials} trials "
+                             f"of {per:g} s" + (f", then up to {extra:g} s for the levels "
+                                                "still wide" if extra else "")
+                             + ", warm-up not counted")
 
 
 def _disk(st: Any, cfg: dict[str, Any], params: int, drafter: int,

@@ -155,6 +155,7 @@ def conclude(result: StageResult, levels: list[Level], servers: list[Server],
     m["confidence"] = args.confidence
     m["ci_width"] = args.ci_width
     m["level_budget"] = args.level_budget
+    m["extra_budget"] = getattr(args, "extra_budget", 0.0)
     m["speedup_figure"] = ("one trial, no interval" if args.trials == 1 else
                            f"geometric mean of paired trials (ABBA), {args.confidence:.0%} "
                            "t interval")
@@ -275,8 +276,9 @@ def _print_tables(rows: list[dict[str, Any]], candidates: list[Server],
               f"trials of >= {m['min_seconds']:g} s per server, ABBA order; speedup = the "
               f"geometric mean of the trials' speedups, with its {m['confidence']:.0%} "
               f"interval, which gates hold; a level stops once it is within "
-              f"+-{m['ci_width']:.0%} (settled) or its {m['level_budget']:g} s budget is "
-              "spent (WIDE); tok/s and latencies: median (min-max) over trials; τ and per "
+              f"+-{m['ci_width']:.0%} (settled) or its {m['level_budget']:g} s budget"
+              + (f" and its share of the extra {m['extra_budget']:g} s" if m['extra_budget']
+                 else "") + " is spent (WIDE); tok/s and latencies: median (min-max) over trials; τ and per "
               f"position from /metrics over the level; lengths: {m['lengths']}):",
               flush=True)
         print(render_speed(mine), flush=True)
