@@ -30,7 +30,9 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(dict(config)).encode()).hexdigest()[:16]
 
 
-def guard_config(out_dir: Path, config: Mapping[str, Any], *, stage: str) -> str:
+def guard_config(out_dir: Path, config: Mapping[str, Any], *, stage: str,
+                 hint: str = "use a fresh output directory, or rerun with the original "
+                             "parameters") -> str:
     """Record ``config``'s hash in ``out_dir``, or refuse if the directory holds another one.
 
     A resumed stage must never mix outputs made under two configurations (half the shards
@@ -51,11 +53,24 @@ def guard_config(out_dir: Path, config: Mapping[str, Any], *, stage: str) -> str
                 f"{stage} outputs here were made with another configuration "
                 f"(hash {stored.get('hash')} != {digest}; changed: {', '.join(changed) or '?'})",
                 where=str(path),
-                hint="use a fresh output directory, or rerun with the original parameters")
+                hint=hint)
         return digest
     atomic_write_text(path, json.dumps({"stage": stage, "hash": digest,
                                         "config": _jsonable(dict(config))}, indent=2))
     return digest
+
+
+def config_differs(out_dir: Path, config: Mapping[str, Any]) -> bool:
+    """Whether ``out_dir`` holds outputs recorded under another configuration than
+    ``config`` (what :func:`guard_config` would refuse); False where it holds none."""
+    path = Path(out_dir) / CONFIG_FILE
+    if not path.exists():
+        return False
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return True
+    return stored.get("hash") != config_hash(config)
 
 
 def _jsonable(value: Any) -> Any:

@@ -48,9 +48,11 @@ from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, json_arg, make_parser, run_action
 from pipeline.eagle3.common import (
+    CONFIG_FILE,
     DTYPES,
     add_threads_arg,
     atomic_write_text,
+    config_differs,
     guard_config,
     log,
     use_threads,
@@ -119,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="attention of the unrolled steps; flex (block-sparse, compiled, GPU "
                         "only) is faster: +15%% with compiled blocks on variable-length "
                         "batches on an H200, see docs/PERFORMANCE.md")
+    p.add_argument("--on-other-config", choices=("refuse", "restart"), default="refuse",
+                   help="when OUT holds checkpoints trained under other settings: refuse "
+                        "(default), or restart: discard them and train from the first "
+                        "epoch (a run that diverged, rerun at another lr)")
     add_bool_arg(p, "compile-loss", True, "on a GPU, torch.compile the fp32 loss chunks")
     add_bool_arg(p, "compile-blocks", True,
                  "on a GPU, torch.compile the drafter's norms/rotary/gates so they fuse "
@@ -195,6 +201,7 @@ def run(args: argparse.Namespace) -> StageResult:
     out = Path(args.out)
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
            if k not in ("result", "stop_after_epochs", "log_every", "device", "min_acc1",
+                        "on_other_config",
                         "eval_batches", "compile_loss", "compile_blocks", "attn",
                         "device_map", "max_memory", "offload_folder")}
     if args.method == "eagle3":  # keys absent as before: earlier runs resume as they were
@@ -204,7 +211,11 @@ def run(args: argparse.Namespace) -> StageResult:
     cfg["hidden_states_config"] = data.index["config_hash"]
     cfg["vocab_sha"] = _file_digest(Path(args.vocab) if Path(args.vocab).is_file() else
                                     Path(args.vocab) / "vocab.safetensors") if args.vocab else None
-    digest = guard_config(out, cfg, stage=ACTION) if dist.main else None
+    if args.on_other_config == "restart" and dist.main and config_differs(out, cfg):
+        _discard(out)
+    digest = guard_config(out, cfg, stage=ACTION, hint=(
+        "use a fresh output directory, rerun with the original parameters, or pass "
+        "on_other_config: restart to discard them")) if dist.main else None
     dist.barrier()
 
     on_gpu = device.type == "cuda"
@@ -446,6 +457,20 @@ def _evaluate(drafter, verifier_head, data, args, device, autocast, dist, positi
     dist.all_sum(correct)
     dist.all_sum(counted)
     return [float(c) / float(n) if float(n) else 0.0 for c, n in zip(correct, counted, strict=True)]
+
+
+def _discard(out: Path) -> None:
+    """Remove what an earlier run under other settings left: its checkpoints, its state
+    and its configuration record (nothing else in OUT is ours to remove)."""
+    import shutil
+
+    gone = sorted(p.name for p in (out / "checkpoints").glob("epoch-*")) \
+        if (out / "checkpoints").is_dir() else []
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    for name in (STATE, CONFIG_FILE):
+        (out / name).unlink(missing_ok=True)
+    log(f"[train] on_other_config restart: discarded {len(gone)} checkpoint(s) an earlier "
+        f"run under other settings left in {out}")
 
 
 def _save(out: Path, epoch: int, drafter, optimizer, scheduler, history, digest,

@@ -79,6 +79,27 @@ def test_resume_under_another_configuration_is_refused(tiny_trained, tmp_path):
     assert rc == 1
     assert result.error.startswith(f"{tiny_trained['dir'] / '.config.json'}: ")
     assert "changed: lr" in result.error
+    assert "pass on_other_config: restart to discard them" in result.error
+
+
+def test_on_other_config_restart_discards_the_earlier_run_and_trains_anew(tiny_trained,
+                                                                          tmp_path):
+    # a first run under one lr, then the same OUT under another: refused by default,
+    # started over with on_other_config: restart, whose result equals a fresh run's
+    common = dict(hidden_states=tiny_trained["hidden"], verifier=tiny_trained["verifier"],
+                  vocab=tiny_trained["vocab"], **{**TRAIN_PARAMS, "epochs": 1})
+    ok(train, tmp_path, **common, out=tmp_path / "run")
+    other = {**common, "lr": common["lr"] * 0.5}
+    again = ok(train, tmp_path, **other, out=tmp_path / "run", on_other_config="restart")
+    fresh = ok(train, tmp_path, **other, out=tmp_path / "fresh")
+    assert again.metrics["history"][0]["train_loss"] == \
+        fresh.metrics["history"][0]["train_loss"]
+    a, b = weights(tmp_path / "run", 1), weights(tmp_path / "fresh", 1)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # the same settings again: resumed (nothing to train), not discarded
+    kept = ok(train, tmp_path, **other, out=tmp_path / "run", on_other_config="restart")
+    assert kept.metrics["epochs_done"] == 1
+    assert (tmp_path / "run" / "checkpoints" / "epoch-001").is_dir()
 
 
 @pytest.fixture(scope="module")
