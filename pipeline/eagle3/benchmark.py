@@ -423,7 +423,8 @@ def run(args: argparse.Namespace) -> StageResult:
     finally:
         signal.signal(signal.SIGTERM, previous)
     plain = next((s for s in servers if s.role == BASELINE), None)
-    judge = None if plain is None else functools.partial(
+    # an interrupted run fails anyway, and its servers may be going: nothing to ask them
+    judge = None if plain is None or interrupted is not None else functools.partial(
         adjudicate, base_url=plain.url, model=plain.model, api_key=api_key)
     conclude(result, levels, servers, args, out_path=out_path, interrupted=interrupted,
              prompt_ids=[p.id for p in prompts], stops=stops,

@@ -11,8 +11,9 @@ So a difference is judged by the plain server's own logits at the first token wh
 two answers part: the same context (the prompt's token ids and the tokens both produced)
 sent back as a one-token completion with ``logprobs``, and the margin between plain's
 token and the speculative one read off. A margin within ``limit`` nats is a near-tie that
-rounding can turn; anything wider, or a speculative token outside plain's top
-``TOP_LOGPROBS``, is a real difference. Standard library only.
+rounding can turn (either way: the question is itself a prefill, another kernel shape);
+anything wider, or a speculative token outside plain's top ``TOP_LOGPROBS``, is a real
+difference. Standard library only.
 """
 
 from __future__ import annotations
@@ -51,12 +52,15 @@ class Divergence:
 @dataclass(frozen=True)
 class TieVerdict:
     divergence: Divergence
-    margin: float | None            # plain's logprob of its token minus of spec's; inf:
-    #                                 spec's token not in plain's top TOP_LOGPROBS
+    # plain's logprob of its own token minus of the speculative one; inf: that one is not
+    # in plain's top TOP_LOGPROBS. The question is a prefill of the whole context, a third
+    # kernel shape, so at a true near-tie it may put the speculative token ahead by a hair
+    # (a small negative margin): a near-tie either way.
+    margin: float | None
     error: str | None = None        # why the plain server could not be asked
 
     def near_tie(self, limit: float) -> bool:
-        return self.error is None and self.margin is not None and self.margin <= limit
+        return self.error is None and self.margin is not None and abs(self.margin) <= limit
 
     def to_json(self) -> dict[str, Any]:
         d = self.divergence
@@ -96,13 +100,21 @@ def next_token_logprobs(base_url: str, model: str, context: Sequence[int], *,
 
 def adjudicate(divergences: Sequence[Divergence], base_url: str, model: str, *,
                api_key: str | None = None, timeout: float = 30.0) -> list[TieVerdict]:
-    """One verdict per divergence, each from one request to the plain server."""
-    verdicts = []
+    """One verdict per divergence, each from one request to the plain server. After the
+    first request that fails (a server gone or silent past ``timeout``, or one that gives
+    no logprobs) the rest are not asked: the check fails on any error anyway, and a run
+    ending with its servers must not wait ``timeout`` a place."""
+    verdicts: list[TieVerdict] = []
+    gone: str | None = None
     for d in divergences:
+        if gone is not None:
+            verdicts.append(TieVerdict(d, None, f"not asked: {gone}"))
+            continue
         top, error = next_token_logprobs(base_url, model, d.context, api_key=api_key,
                                          timeout=timeout)
         if top is None:
             verdicts.append(TieVerdict(d, None, error))
+            gone = error or "no answer"
             continue
         best = top.get(d.plain_token)
         if best is None:

@@ -496,13 +496,15 @@ def _near_ties(first: OutputComparison, judge: Judge, limit: float
     differ = first.compared - first.equal
     if not wide:
         return True, (f"; the {differ} that differ part at {len(places)} place(s), each a "
-                      f"near-tie of plain's own logits (margin {max(margins):.3f} nats at "
-                      f"most, <= {limit:g} allowed): rounding in the verifier's k+1-token "
+                      f"near-tie of plain's own logits (margin {max(map(abs, margins)):.3f} "
+                      f"nats at most, <= {limit:g} allowed): rounding in the verifier's k+1-token "
                       "pass, not a lossy drafter"), rows
     worst = wide[0]
     d = worst.divergence
     how = ("not among plain's top choices" if worst.margin == float("inf") else
-           f"{worst.margin:.3f} nats below plain's token")
+           f"{worst.margin:.3f} nats below plain's token" if worst.margin > 0 else
+           f"{-worst.margin:.3f} nats above plain's own token now: plain disagrees with "
+           "its own answer")
     return False, (f"; {len(wide)} of {len(places)} place(s) are no near-tie: prompt "
                    f"{d.prompt} at token {d.at}, spec's token {d.spec_token} is {how} "
                    f"({d.plain_token}; <= {limit:g} nats would be rounding)"), rows
