@@ -122,6 +122,8 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
                          "acceptance_length_c*", "acceptance_rate_c*",
                          "acceptance_per_position_c*", "num_drafts_c*", "outputs_equal_c*",
                          "outputs_equal", "outputs_compared",
+                         # where answers part from plain's, judged by plain's logprobs
+                         "outputs_ties",
                          # over paired trials: the speedup's interval (speedup_c* is its
                          # estimate), its trials, and the latencies' tails
                          "speedup_low_c*", "speedup_high_c*", "speedup_ci_c*",
@@ -129,7 +131,8 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
                          "ttft_p99_ms_c*", "itl_p50_ms_c*", "itl_p99_ms_c*",
                          "baseline_ttft_p99_ms_c*", "baseline_itl_p50_ms_c*",
                          "baseline_itl_p99_ms_c*", "trials", "min_seconds",
-                         "confidence", "ci_width", "level_budget", "max_trials",
+                         "confidence", "ci_width", "level_budget", "extra_budget",
+                         "max_trials",
                          "speedups_c*", "unsettled_levels", "best_fixed_k", "roofline",
                          "baseline_spread_c*",
                          "mean_output_tokens",
