@@ -41,11 +41,8 @@ def guard_config(out_dir: Path, config: Mapping[str, Any], *, stage: str,
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / CONFIG_FILE
     digest = config_hash(config)
-    if path.exists():
-        try:
-            stored = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ActionError(f"unreadable config record ({exc})", where=str(path)) from None
+    stored = _stored_config(path)
+    if stored is not None:
         if stored.get("hash") != digest:
             changed = sorted(k for k in set(stored.get("config", {})) | set(config)
                              if stored.get("config", {}).get(k) != _jsonable(config.get(k)))
@@ -63,14 +60,20 @@ def guard_config(out_dir: Path, config: Mapping[str, Any], *, stage: str,
 def config_differs(out_dir: Path, config: Mapping[str, Any]) -> bool:
     """Whether ``out_dir`` holds outputs recorded under another configuration than
     ``config`` (what :func:`guard_config` would refuse); False where it holds none."""
-    path = Path(out_dir) / CONFIG_FILE
-    if not path.exists():
-        return False
     try:
-        stored = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return True
-    return stored.get("hash") != config_hash(config)
+        stored = _stored_config(Path(out_dir) / CONFIG_FILE)
+    except ActionError:
+        return True  # unreadable: not this configuration's
+    return stored is not None and stored.get("hash") != config_hash(config)
+
+
+def _stored_config(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ActionError(f"unreadable config record ({exc})", where=str(path)) from None
 
 
 def _jsonable(value: Any) -> Any:

@@ -94,30 +94,23 @@ def _reason(exc: BaseException) -> str:
 
 def get(url: str, *, timeout: float = 5.0, api_key: str | None = None) -> HTTPAnswer:
     """``GET url``; an HTTP error status is an answer, a network failure is not."""
-    try:
-        conn, path = _connection(url, timeout)
-    except ValueError as exc:
-        return HTTPAnswer(None, error=str(exc))
-    try:
-        conn.request("GET", path, headers=_headers(api_key, False))
-        resp = conn.getresponse()
-        return HTTPAnswer(resp.status, resp.read())
-    except (OSError, http.client.HTTPException) as exc:
-        return HTTPAnswer(None, error=_reason(exc))
-    finally:
-        conn.close()
+    return _request("GET", url, None, timeout, api_key)
 
 
 def post_json(url: str, body: Mapping[str, Any], *, timeout: float = 30.0,
               api_key: str | None = None) -> HTTPAnswer:
     """``POST url`` with a JSON body, not streamed; never raises."""
+    return _request("POST", url, json.dumps(body).encode(), timeout, api_key)
+
+
+def _request(method: str, url: str, data: bytes | None, timeout: float,
+             api_key: str | None) -> HTTPAnswer:
     try:
         conn, path = _connection(url, timeout)
     except ValueError as exc:
         return HTTPAnswer(None, error=str(exc))
     try:
-        conn.request("POST", path, body=json.dumps(body).encode(),
-                     headers=_headers(api_key, True))
+        conn.request(method, path, body=data, headers=_headers(api_key, data is not None))
         resp = conn.getresponse()
         return HTTPAnswer(resp.status, resp.read())
     except (OSError, http.client.HTTPException) as exc:
