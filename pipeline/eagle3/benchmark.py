@@ -19,7 +19,8 @@ number) the level goes on, two trials at a time, until every candidate's 95% int
 (``confidence``) of the speedup is within ``ci_width`` (default ± 5%) of its estimate, or
 ``level_budget`` seconds (default 120) of the level have passed, or ``max_trials`` (default
 16) were run; ``extra_budget`` seconds more then go to the levels that stopped wide,
-nearest to settling first (:mod:`pipeline.eagle3.serving.sequential`). ``trials: 1`` measures each level once, with no interval (a quick sweep).
+nearest to settling first (:mod:`pipeline.eagle3.serving.sequential`). ``trials: 1``
+measures each level once, with no interval (a quick sweep).
 Per server and level it measures output tokens/s, TTFT, TPOT (``(latency - TTFT) / (tokens
 - 1)``, as ``vllm bench serve``), ITL (the gaps between stream chunks) with p50/p99; around
 every run it scrapes ``/metrics`` for the spec-decode counter deltas
@@ -60,7 +61,8 @@ with a baseline ``outputs_equal_plain``: at the lowest concurrency every candida
 answers equal plain greedy decoding's, or part from it only at near-ties: where the plain
 server's own logprobs, asked at the first differing token, put its token and the
 speculative one within ``tie_margin`` nats (bfloat16 rounding in the verifier's
-k+1-token pass; :mod:`pipeline.eagle3.serving.near_ties`). A SIGTERM or Ctrl-C stops sending, keeps what was
+k+1-token pass; :mod:`pipeline.eagle3.serving.near_ties`). A SIGTERM or Ctrl-C stops
+sending, keeps what was
 measured (the result says how far it got) and fails the stage.
 """
 
@@ -384,7 +386,8 @@ def run(args: argparse.Namespace) -> StageResult:
           + ("" if least == 1 else f", ABBA order, until the {args.confidence:.0%} interval "
              f"is within +-{args.ci_width:.0%} or {args.level_budget:g} s of the level have "
              "passed" + (f", then up to {args.extra_budget:g} s more for the levels still "
-                         "wide" if args.extra_budget > 0 else "")) + (f": at least {floor:.0f} s" if floor else ""), flush=True)
+                         "wide" if args.extra_budget > 0 else ""))
+          + (f": at least {floor:.0f} s" if floor else ""), flush=True)
     stops: dict[int, str] = {}
 
     def one(server: Server, c: int, trial: int) -> Level:

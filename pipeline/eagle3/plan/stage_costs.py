@@ -9,15 +9,16 @@ its ``eagle3.build_verifier`` stage builds, at the shape that stage's ``with:`` 
   micro-batch (:func:`activation_bytes_per_position`), against the GPU's memory.
 - **Servers started together**: every ``eagle3.serve`` stage on a host, counted as up at
   once. That is an upper bound: the runner stops a server once no stage still to run
-  needs it, so a sweep's servers are gone before a later server starts. Each holds the verifier's bf16 weights (vLLM serves
-  an fp32 checkpoint in bf16), its drafter's, its ``kv_cache_memory_bytes`` and
-  :data:`SERVER_RUNTIME_BYTES`; vLLM also refuses to start unless its
-  ``gpu_memory_utilization`` share of the GPU is free. A server counts the larger of the two,
-  and the sum must fit the GPU. A transformers stage that runs while servers are up (in the
-  runner's order) adds its weights to theirs.
+  needs it, so a sweep's servers are gone before a later server starts. Each holds the
+  verifier's bf16 weights (vLLM serves an fp32 checkpoint in bf16), its drafter's, its
+  ``kv_cache_memory_bytes`` and :data:`SERVER_RUNTIME_BYTES`; vLLM also refuses to start
+  unless its ``gpu_memory_utilization`` share of the GPU is free. A server counts the
+  larger of the two, and the sum must fit the GPU. A transformers stage that runs while
+  servers are up (in the runner's order) adds its weights to theirs.
 - **Disk** of each stage's outputs, and **time**, an estimate: compute at
-  :data:`ASSUMED_MFU` of the GPU's bf16 peak, or the weights read once per decoding step at
-  its bandwidth plus :data:`EAGER_SECONDS_PER_LAYER` a layer, whichever is longer.
+  :data:`ASSUMED_MFU` of the GPU's bf16 peak (:data:`BUILD_MFU` for building a verifier),
+  or the weights read once per decoding step at its bandwidth plus
+  :data:`EAGER_SECONDS_PER_LAYER` a layer, whichever is longer.
 
 Standard library only: ``harness check`` runs where torch may not be installed.
 """

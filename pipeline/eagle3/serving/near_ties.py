@@ -19,19 +19,21 @@ difference. Standard library only.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pipeline.vllm.openai_client import post_json
 
-__all__ = ["DEFAULT_TIE_MARGIN", "TOP_LOGPROBS", "Divergence", "TieVerdict", "adjudicate"]
+__all__ = ["DEFAULT_TIE_MARGIN", "MAX_JUDGED", "TOP_LOGPROBS", "Divergence", "Judge",
+           "TieVerdict", "adjudicate", "judge_places"]
 
 # A judgement, not a measurement yet: bfloat16 rounding moves a logit by hundredths to
 # tenths of a nat, and a drafter that breaks losslessness proposes tokens that plain rates
 # far lower. Every judged margin is recorded (metrics.outputs_ties) to set it from data.
 DEFAULT_TIE_MARGIN = 0.5
 TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
+MAX_JUDGED = 32  # questions to the plain server per candidate; more places: not judged
 
 
 @dataclass(frozen=True)
@@ -125,3 +127,40 @@ def adjudicate(divergences: Sequence[Divergence], base_url: str, model: str, *,
         theirs = top.get(d.spec_token)
         verdicts.append(TieVerdict(d, math.inf if theirs is None else best - theirs))
     return verdicts
+
+
+# asks the plain server about the places where answers part from its own
+Judge = Callable[[list[Divergence]], list[TieVerdict]]
+
+
+def judge_places(places: Sequence[Divergence], unplaced: int, differ: int, judge: Judge,
+                 limit: float) -> tuple[bool, str, list[dict[str, Any]]]:
+    """Whether each of ``differ`` differing answers parts from plain at a near-tie, the
+    words the check adds, and a row per judged place. ``unplaced`` answers had no token
+    ids to judge by: with any, nothing passes."""
+    if unplaced or not places or len(places) > MAX_JUDGED:
+        why = (f"{unplaced} differing answer(s) without token ids to judge by"
+               if unplaced or not places else
+               f"{len(places)} places to judge, more than {MAX_JUDGED}")
+        return False, f"; not judged as near-ties: {why}", []
+    verdicts = judge(list(places))
+    rows = [v.to_json() for v in verdicts]
+    errors = [v for v in verdicts if v.error]
+    if errors:
+        return False, f"; the plain server could not judge them: {errors[0].error}", rows
+    wide = [v for v in verdicts if not v.near_tie(limit)]
+    if not wide:
+        most = max(abs(v.margin) for v in verdicts if v.margin is not None)
+        return True, (f"; the {differ} that differ part at {len(places)} place(s), each a "
+                      f"near-tie of plain's own logits (margin {most:.3f} nats at most, "
+                      f"<= {limit:g} allowed): rounding in the verifier's k+1-token pass, "
+                      "not a lossy drafter"), rows
+    worst = wide[0]
+    d = worst.divergence
+    how = ("not among plain's top choices" if worst.margin == math.inf else
+           f"{worst.margin:.3f} nats below plain's token" if worst.margin > 0 else
+           f"{-worst.margin:.3f} nats above plain's own token now: plain disagrees with "
+           "its own answer")
+    return False, (f"; {len(wide)} of {len(places)} place(s) are no near-tie: prompt "
+                   f"{d.prompt} at token {d.at}, spec's token {d.spec_token} is {how} "
+                   f"({d.plain_token}; <= {limit:g} nats would be rounding)"), rows

@@ -15,15 +15,14 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline.actions import StageResult
 from pipeline.eagle3.serving.load_levels import Level
-from pipeline.eagle3.serving.near_ties import Divergence, TieVerdict
-from pipeline.eagle3.serving.report import OutputComparison, fmt
+from pipeline.eagle3.serving.near_ties import Judge, judge_places
+from pipeline.eagle3.serving.report import fmt
 from pipeline.eagle3.serving.tables import (
     candidate_rows,
     render_latency,
@@ -41,9 +40,6 @@ from pipeline.errors import ActionError
 from pipeline.series import emit
 from pipeline.vllm import schedule as sched
 from pipeline.vllm.metrics import SpecDelta
-
-# asks the plain server about answers that part from its own
-Judge = Callable[[list[Divergence]], list[TieVerdict]]
 
 __all__ = ["Server", "conclude", "read_sweep"]
 
@@ -278,8 +274,9 @@ def _print_tables(rows: list[dict[str, Any]], candidates: list[Server],
               f"interval, which gates hold; a level stops once it is within "
               f"+-{m['ci_width']:.0%} (settled) or its {m['level_budget']:g} s budget"
               + (f" and its share of the extra {m['extra_budget']:g} s" if m['extra_budget']
-                 else "") + " is spent (WIDE); tok/s and latencies: median (min-max) over trials; τ and per "
-              f"position from /metrics over the level; lengths: {m['lengths']}):",
+                 else "")
+              + " is spent (WIDE); tok/s and latencies: median (min-max) over trials; τ and "
+              f"per position from /metrics over the level; lengths: {m['lengths']}):",
               flush=True)
         print(render_speed(mine), flush=True)
         print("latency, ms (each trial's percentile over its requests; ITL over the gaps "
@@ -421,16 +418,12 @@ def _checks(result: StageResult, levels: list[Level], candidates: list[Server],
         result.check("spec_counters_consistent", not problems, value=len(problems),
                      expected=0, message="; ".join(problems) or "counters add up")
     if has_baseline and args.temperature == 0:
-        _outputs_check(result, candidates, found, judge,
-                       getattr(args, "tie_margin", 0.0) or 0.0)
+        _outputs_check(result, candidates, found, judge, getattr(args, "tie_margin", 0.0))
     if has_baseline:
         base_drafts = _total(levels, BASELINE).drafts
         result.check("baseline_not_speculating", base_drafts == 0, value=base_drafts,
                      expected=0, message="the baseline must serve the target alone" if
                      base_drafts else "no drafts on the baseline")
-
-
-MAX_JUDGED = 32  # requests to the plain server per candidate; more places: not judged
 
 
 def _outputs_check(result: StageResult, candidates: list[Server],
@@ -459,7 +452,8 @@ def _outputs_check(result: StageResult, candidates: list[Server],
         good = first.compared > 0 and first.equal == first.compared
         ties = ""
         if not good and first.compared > 0 and judge is not None and tie_margin > 0:
-            good, ties, rows = _near_ties(first, judge, tie_margin)
+            good, ties, rows = judge_places(first.divergences, first.unplaced,
+                                            first.compared - first.equal, judge, tie_margin)
             judged += [{"candidate": s.role, "concurrency": low, **r} for r in rows]
         values.append((good, f"{first.equal}/{first.compared}"))
         parts.append(f"{name}c={low}: {first.equal}/{first.compared} answers equal plain "
@@ -475,39 +469,6 @@ def _outputs_check(result: StageResult, candidates: list[Server],
                          f", or parting only at near-ties (<= {tie_margin:g} nats)"
                          if judge is not None and tie_margin > 0 else ""),
                      message="; ".join(parts))
-
-
-def _near_ties(first: OutputComparison, judge: Judge, limit: float
-               ) -> tuple[bool, str, list[dict[str, Any]]]:
-    """(every differing answer parts at a near-tie, the words for the check, the rows)."""
-    places = first.divergences
-    if first.unplaced or not places or len(places) > MAX_JUDGED:
-        why = (f"{first.unplaced} differing answer(s) without token ids to judge by"
-               if first.unplaced or not places else
-               f"{len(places)} places to judge, more than {MAX_JUDGED}")
-        return False, f"; not judged as near-ties: {why}", []
-    verdicts = judge(places)
-    rows = [v.to_json() for v in verdicts]
-    errors = [v for v in verdicts if v.error]
-    if errors:
-        return False, f"; the plain server could not judge them: {errors[0].error}", rows
-    wide = [v for v in verdicts if not v.near_tie(limit)]
-    margins = [v.margin for v in verdicts if v.margin is not None]
-    differ = first.compared - first.equal
-    if not wide:
-        return True, (f"; the {differ} that differ part at {len(places)} place(s), each a "
-                      f"near-tie of plain's own logits (margin {max(map(abs, margins)):.3f} "
-                      f"nats at most, <= {limit:g} allowed): rounding in the verifier's k+1-token "
-                      "pass, not a lossy drafter"), rows
-    worst = wide[0]
-    d = worst.divergence
-    how = ("not among plain's top choices" if worst.margin == float("inf") else
-           f"{worst.margin:.3f} nats below plain's token" if worst.margin > 0 else
-           f"{-worst.margin:.3f} nats above plain's own token now: plain disagrees with "
-           "its own answer")
-    return False, (f"; {len(wide)} of {len(places)} place(s) are no near-tie: prompt "
-                   f"{d.prompt} at token {d.at}, spec's token {d.spec_token} is {how} "
-                   f"({d.plain_token}; <= {limit:g} nats would be rounding)"), rows
 
 
 def _summary(result: StageResult, found: dict[int, LevelVerdict], total: SpecDelta,

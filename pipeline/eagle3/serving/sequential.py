@@ -108,6 +108,7 @@ def measure(servers: Sequence[Named], concurrency: Sequence[int], rule: Rule,
     interruption keeps them). Returns why each level took no more trials."""
     stops: dict[int, str] = {}
     done: dict[int, int] = {}  # trials run per level
+    latest: dict[int, list[LevelVerdict]] = {}  # each level's verdicts after its last block
     candidates = [s.role for s in servers if s.role != BASELINE]
     paired = any(s.role == BASELINE for s in servers)
 
@@ -117,7 +118,11 @@ def measure(servers: Sequence[Named], concurrency: Sequence[int], rule: Rule,
         done[c] = trial
         if rule.trials == 1 or trial < least_trials(rule.trials) or trial % 2:
             return []
-        return _found(levels, c, candidates, prompt_ids, rule)
+        here = [lv for lv in levels if lv.concurrency == c]
+        latest[c] = [v for name in candidates if (v := verdicts(
+            here, name, prompt_ids, ci_width=rule.ci_width,
+            confidence=rule.confidence).get(c)) is not None]
+        return latest[c]
 
     for c in concurrency:
         began, trial = clock(), 0
@@ -131,25 +136,16 @@ def measure(servers: Sequence[Named], concurrency: Sequence[int], rule: Rule,
             if why is not None:
                 stops[c] = why
     if rule.extra_budget > 0 and rule.trials > 1 and paired:
-        _spend_extra(rule, stops, done, block, levels, candidates, prompt_ids, clock, out)
+        _spend_extra(rule, stops, done, latest, block, clock, out)
     return stops
-
-
-def _found(levels: Sequence[Level], c: int, candidates: Sequence[str],
-           prompt_ids: list[str], rule: Rule) -> list[LevelVerdict]:
-    here = [lv for lv in levels if lv.concurrency == c]
-    found = []
-    for name in candidates:
-        v = verdicts(here, name, prompt_ids, ci_width=rule.ci_width,
-                     confidence=rule.confidence).get(c)
-        if v is not None:
-            found.append(v)
-    return found
 
 
 def trials_to_settle(found: Sequence[LevelVerdict], width: float) -> float:
     """Further trials the widest candidate needs at its present spread: the half-width
-    falls as one over the root of the trials, so ``n * (half / width)^2 - n``."""
+    falls as one over the root of the trials, so ``n * (half / width)^2 - n``; no
+    interval yet: unknown, last in line."""
+    if not found:
+        return math.inf
     need = 0.0
     for v in found:
         ci = v.interval
@@ -160,16 +156,15 @@ def trials_to_settle(found: Sequence[LevelVerdict], width: float) -> float:
 
 
 def _spend_extra(rule: Rule, stops: dict[int, str], done: dict[int, int],
-                 block: Callable[[int, int], list[LevelVerdict]], levels: Sequence[Level],
-                 candidates: Sequence[str], prompt_ids: list[str],
+                 latest: dict[int, list[LevelVerdict]],
+                 block: Callable[[int, int], list[LevelVerdict]],
                  clock: Callable[[], float], out: Callable[[str], None]) -> None:
     began = clock()
     while clock() - began < rule.extra_budget:
-        wide = {c: _found(levels, c, candidates, prompt_ids, rule) for c, why in
-                stops.items() if why == BUDGET and done[c] < rule.max_trials}
+        wide = [c for c, why in stops.items() if why == BUDGET and done[c] < rule.max_trials]
         if not wide:
             return
-        c = min(wide, key=lambda k: trials_to_settle(wide[k], rule.ci_width))
+        c = min(wide, key=lambda k: trials_to_settle(latest.get(k, []), rule.ci_width))
         block(c, done[c] + 1)
         found = block(c, done[c] + 1)  # a whole ABBA block: two trials
         spent = clock() - began
