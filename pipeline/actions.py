@@ -135,6 +135,8 @@ ACTION_METRICS: dict[str, tuple[str, ...]] = {
                          "max_trials",
                          "speedups_c*", "unsettled_levels", "best_fixed_k", "roofline",
                          "baseline_spread_c*",
+                         # the CPUs each server and the client were pinned to
+                         "cpu_isolation",
                          "mean_output_tokens",
                          "output_len"),
 }

@@ -273,7 +273,10 @@ def make_handler(engine: Engine, ready: threading.Event):
                 return
             if args.fake_record:
                 with record_lock, open(args.fake_record, "a") as fh:
-                    fh.write(json.dumps({"path": self.path, "body": body}) + "\n")
+                    # the CPUs this request's thread may run on: a benchmark that
+                    # isolates CPUs must have pinned the server's threads
+                    fh.write(json.dumps({"path": self.path, "body": body, "cpus": sorted(
+                        os.sched_getaffinity(0))}) + "\n")
             if self.path == "/v1/chat/completions":
                 # content as text parts ([{"type": "text", "text": ...}], as vllm bench
                 # serve sends it) renders to the same prompt as the plain string

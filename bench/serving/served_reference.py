@@ -40,6 +40,7 @@ instead of the driver (bench/serving/vllm_bench_driver.py), which runs vLLM's pa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -49,6 +50,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pipeline.eagle3.serving.cpu_sets import isolated
 from pipeline.eagle3.serving.load_levels import Level, run_level
 from pipeline.eagle3.serving.prompts import Prompt, load_prompts, request_bodies
 from pipeline.eagle3.serving.trials import interval
@@ -279,6 +281,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="PYTHONPATH for it (a folder with vLLM's benchmark modules)")
     p.add_argument("--vllm-cli", action="store_true",
                    help="run `vllm.entrypoints.cli.main bench serve` per level")
+    p.add_argument("--isolate-cpus", action="store_true",
+                   help="pin each server and the clients to CPUs of their own while "
+                        "measuring, as the benchmark's isolate_cpus does")
     p.add_argument("--out", type=Path, default=None,
                    help="folder for the figures (reference.json) and vLLM's output")
     return p.parse_args(argv)
@@ -304,7 +309,12 @@ def main(argv: list[str] | None = None) -> int:
         env["PYTHONPATH"] = args.vllm_pythonpath
     bench = VllmBench(args.vllm_python, args.vllm_cli, work / "vllm-bench.log", env)
     rows: list[dict[str, Any]] = []
+    pins = contextlib.ExitStack()
     try:
+        if args.isolate_cpus:
+            placed = pins.enter_context(isolated({"plain": args.baseline_url,
+                                                  args.name: args.url}))
+            print(placed.describe(), flush=True)
         prompts = load_prompts(args.prompts, exclude=args.exclude, samples=args.samples)
         texts = [_text(p) for p in prompts]
         same = [Prompt(p.id, text=t) for p, t in zip(prompts, texts, strict=True)]
@@ -348,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         bench.close()
+        pins.close()
     (work / "reference.json").write_text(json.dumps({"rows": rows, "config": {
         k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}, indent=1))
     length = (f"{args.output_len} tokens each (ignore_eos)" if args.output_len else

@@ -77,6 +77,7 @@ import sys
 from pathlib import Path
 
 from pipeline.actions import StageResult, add_bool_arg, make_parser, run_action
+from pipeline.eagle3.serving.cpu_sets import Placement, isolated
 from pipeline.eagle3.serving.load_levels import Interrupted, Level, run_level
 from pipeline.eagle3.serving.near_ties import DEFAULT_TIE_MARGIN, adjudicate
 from pipeline.eagle3.serving.prompts import load_prompts, request_bodies
@@ -209,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
                                         "checkpoint in bfloat16)")
     p.add_argument("--gpu-name", help="the GPU the servers run on, as nvidia-smi names it "
                                       "(default: this host's first GPU)")
+    add_bool_arg(p, "isolate-cpus", False,
+                 "while measuring, pin each server on this host (the process tree behind "
+                 "its port) and this client to CPUs of their own, in whole cores from the "
+                 "GPU's NUMA node where it has enough; the old masks come back afterwards")
     p.add_argument("--api-key-env", help="environment variable holding the API key")
     p.add_argument("--out", type=Path, help="per-request timings (default: bench.json "
                                             "beside the result)")
@@ -389,6 +394,7 @@ def run(args: argparse.Namespace) -> StageResult:
                          "wide" if args.extra_budget > 0 else ""))
           + (f": at least {floor:.0f} s" if floor else ""), flush=True)
     stops: dict[int, str] = {}
+    placement: Placement | None = None
 
     def one(server: Server, c: int, trial: int) -> Level:
         level = Level(server.role, server.url, c, plan[c], trial=trial)
@@ -410,14 +416,19 @@ def run(args: argparse.Namespace) -> StageResult:
 
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        for server in servers:
-            if args.warmup > 0:
-                warm = Level(server.role, server.url, 1, args.warmup, trial=0)
-                run_level(warm, bodies[server.role], timeout=args.request_timeout,
-                          api_key=api_key)
-                print(f"warm-up {server.role}: {len(warm.ok)}/{args.warmup} ok", flush=True)
-        stops = measure(servers, args.concurrency, rule, one, levels,
-                        [p.id for p in prompts], out=lambda line: print(line, flush=True))
+        with isolated({s.role: s.url for s in servers}, enabled=args.isolate_cpus) as cpus:
+            placement = cpus if args.isolate_cpus else None
+            if placement is not None:
+                print(placement.describe(), flush=True)
+            for server in servers:
+                if args.warmup > 0:
+                    warm = Level(server.role, server.url, 1, args.warmup, trial=0)
+                    run_level(warm, bodies[server.role], timeout=args.request_timeout,
+                              api_key=api_key)
+                    print(f"warm-up {server.role}: {len(warm.ok)}/{args.warmup} ok",
+                          flush=True)
+            stops = measure(servers, args.concurrency, rule, one, levels,
+                            [p.id for p in prompts], out=lambda line: print(line, flush=True))
     except Interrupted as exc:
         interrupted = exc.level
         print(_report(exc.level), flush=True)
@@ -432,6 +443,8 @@ def run(args: argparse.Namespace) -> StageResult:
     conclude(result, levels, servers, args, out_path=out_path, interrupted=interrupted,
              prompt_ids=[p.id for p in prompts], stops=stops,
              planned=least * len(servers) * sum(plan.values()), judge=judge)
+    if placement is not None:
+        result.metrics["cpu_isolation"] = placement.to_json()
     _roofline(result, args, plain, api_key)
     return result
 

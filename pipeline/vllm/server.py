@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["byte_size", "capture_failure", "command_arg", "error_line", "json_value", "port_in_use", "port_owner",
+__all__ = ["byte_size", "capture_failure", "command_arg", "error_line", "json_value", "listener_pid", "port_in_use", "port_owner",
            "serve_argv", "startup_phases"]
 
 
@@ -155,9 +155,8 @@ def _listening_inodes(port: int) -> set[str]:
     return inodes
 
 
-def port_owner(port: int) -> str | None:
-    """``pid 1234 (python3 -m vllm.entrypoints...)`` for the listener on ``port``, if we
-    can see it (same user or root, Linux); None otherwise."""
+def listener_pid(port: int) -> int | None:
+    """The process listening on ``port``, if we can see it (same user or root, Linux)."""
     inodes = _listening_inodes(port)
     if not inodes:
         return None
@@ -172,12 +171,24 @@ def port_owner(port: int) -> str | None:
         for fd in fds:
             try:
                 if os.readlink(fd) in wanted:
-                    cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                        "utf-8", "replace").strip()
-                    return f"pid {proc.name} ({cmd[:120]})"
+                    return int(proc.name)
             except OSError:
                 continue
     return None
+
+
+def port_owner(port: int) -> str | None:
+    """``pid 1234 (python3 -m vllm.entrypoints...)`` for the listener on ``port``, if we
+    can see it (same user or root, Linux); None otherwise."""
+    pid = listener_pid(port)
+    if pid is None:
+        return None
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            "utf-8", "replace").strip()
+    except OSError:
+        cmd = "?"
+    return f"pid {pid} ({cmd[:120]})"
 
 
 _EXCEPTION = re.compile(r"(?:^|\s)((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)): (.+)$")

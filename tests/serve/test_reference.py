@@ -43,9 +43,15 @@ def test_both_clients_send_the_same_requests_and_count_the_same(tmp_path: Path,
     proc = reference(tmp_path, "--baseline-url", base, "--url", spec, "--name", "k3",
                      "--prompts", COMPLETION_PROMPTS, "--tokenizer", str(tok),
                      "--concurrency", "1,2", "--max-tokens", "16", "--min-seconds", "0",
-                     "--requests", "5", "--warmup", "0", "--rounds", "2", pythonpath=site)
+                     "--requests", "5", "--warmup", "0", "--rounds", "2", "--isolate-cpus",
+                     pythonpath=site)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
+    # two servers and the clients: three blocks where three cores are, else said why not
+    placed = next(line for line in proc.stdout.splitlines() if line.startswith("CPUs: "))
+    if "not isolated" not in placed:
+        blocks = [{tuple(r["cpus"]) for r in sent(rec)} for rec in (base_record, spec_record)]
+        assert all(len(b) == 1 for b in blocks) and blocks[0] != blocks[1], blocks
     rows = json.loads((tmp_path / "out" / "reference.json").read_text())["rows"]
     assert [(r["concurrency"], r["server"]) for r in rows] == [
         (1, "plain"), (1, "k3"), (2, "plain"), (2, "k3")]
