@@ -22,7 +22,9 @@
 # every stage (2026-12-07): verifier .. export 273 s, train_peagle 55, verify 104 (five
 # servers answered after 152-213 s), sweep 47, benchmark_peagle 70, serve_schedule 74. The
 # benchmark takes up to 180 s a level, about 13 minutes; the reference in two rounds
-# about 2.
+# about 2. On an H100 again (2026-12-07, each server and the client on CPUs of their own,
+# 120 s a level): verifier .. export 283 s, verify 148, sweep 47, serve_schedule 64,
+# benchmark 418 (c=4, 16, 64 settled within +-5%), reference 106.
 # SPEC=eagle3-3b runs examples/eagle3-3b.yaml the same way (its own run directory and
 # session); RUN_ARGS adds options to the detached `harness run` (e.g. '--retry-blocked').
 # To spend less, SET overrides keys of the copied spec before a fresh run, e.g.
