@@ -416,9 +416,9 @@ def run(args: argparse.Namespace) -> StageResult:
 
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with isolated({s.role: s.url for s in servers}, enabled=args.isolate_cpus) as cpus:
-            placement = cpus if args.isolate_cpus else None
-            if placement is not None:
+        with isolated({s.role: s.url for s in servers},
+                      enabled=args.isolate_cpus) as placement:
+            if args.isolate_cpus:
                 print(placement.describe(), flush=True)
             for server in servers:
                 if args.warmup > 0:
@@ -443,7 +443,7 @@ def run(args: argparse.Namespace) -> StageResult:
     conclude(result, levels, servers, args, out_path=out_path, interrupted=interrupted,
              prompt_ids=[p.id for p in prompts], stops=stops,
              planned=least * len(servers) * sum(plan.values()), judge=judge)
-    if placement is not None:
+    if args.isolate_cpus and placement is not None:
         result.metrics["cpu_isolation"] = placement.to_json()
     _roofline(result, args, plain, api_key)
     return result

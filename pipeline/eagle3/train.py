@@ -3,8 +3,8 @@
 Input: hidden-state shards, the vocab mapping and the verifier (embeddings, lm_head, shape).
 Output in ``OUT``: ``checkpoints/epoch-NNN/`` (``model.safetensors`` + ``drafter_config.json``,
 loadable with :func:`pipeline.eagle3.model.drafter.load_drafter`, and ``trainer.pt`` with optimizer, schedule and
-history) after every epoch, and ``state.json`` naming the latest. Export turns a checkpoint
-into what vLLM loads.
+history) after every epoch, and ``state.json`` naming the latest
+(:mod:`pipeline.eagle3.training.checkpoints`). Export turns a checkpoint into what vLLM loads.
 
 The drafter (docs/eagle3.md, "train"): ``fc`` 3Ht -> H, one decoder layer with 2H attention input,
 norm, ``lm_head`` over the draft vocab from the verifier's rows (frozen), the verifier's
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import time
 from pathlib import Path
@@ -48,10 +47,8 @@ from typing import Any
 
 from pipeline.actions import StageResult, add_bool_arg, json_arg, make_parser, run_action
 from pipeline.eagle3.common import (
-    CONFIG_FILE,
     DTYPES,
     add_threads_arg,
-    atomic_write_text,
     config_differs,
     guard_config,
     log,
@@ -60,12 +57,12 @@ from pipeline.eagle3.common import (
 from pipeline.eagle3.hardware.distributed import Dist, wrap_ddp
 from pipeline.eagle3.hardware.placement import add_placement_args
 from pipeline.eagle3.model.peagle import METHODS
+from pipeline.eagle3.training import checkpoints
 from pipeline.eagle3.training.train_setup import build_drafter, online_data
 from pipeline.errors import ActionError
 from pipeline.series import emit
 
 ACTION = "eagle3.train"
-STATE = "state.json"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -212,7 +209,7 @@ def run(args: argparse.Namespace) -> StageResult:
     cfg["vocab_sha"] = _file_digest(Path(args.vocab) if Path(args.vocab).is_file() else
                                     Path(args.vocab) / "vocab.safetensors") if args.vocab else None
     if args.on_other_config == "restart" and dist.main and config_differs(out, cfg):
-        _discard(out)
+        checkpoints.discard(out)
     digest = guard_config(out, cfg, stage=ACTION, hint=(
         "use a fresh output directory, rerun with the original parameters, or pass "
         "on_other_config: restart to discard them")) if dist.main else None
@@ -251,9 +248,9 @@ def run(args: argparse.Namespace) -> StageResult:
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, total_steps, warmup, args.min_lr_ratio))
 
-    start_epoch, history = _resume(out, drafter, optimizer, scheduler, device)
+    start_epoch, history = checkpoints.resume(out, drafter, optimizer, scheduler, device)
     if start_epoch:
-        log(f"[train] resuming after epoch {start_epoch} from {out / STATE}")
+        log(f"[train] resuming after epoch {start_epoch} from {out / checkpoints.STATE}")
         if dist.main:
             for record in history:  # the resumed run's charts start where training did
                 _epoch_series(record)
@@ -347,7 +344,7 @@ def run(args: argparse.Namespace) -> StageResult:
             log(f"[train] epoch {epoch + 1} held-out per-position accuracy: " +
                 " ".join(f"pos{k + 1} {a:.3f}" for k, a in enumerate(heldout)) +
                 f" (est. acceptance length {record['est_acceptance_length']:.2f})")
-            _save(out, epoch + 1, drafter, optimizer, scheduler, history, digest,
+            checkpoints.save(out, epoch + 1, drafter, optimizer, scheduler, history, digest,
                   save_checkpoint_weights)
         dist.barrier()
     # DDP and gloo objects sit in reference cycles; left to be collected in interpreter
@@ -389,9 +386,9 @@ def run(args: argparse.Namespace) -> StageResult:
     if train_tokens:
         result.metrics["train_tokens_per_s"] = round(
             train_tokens * dist.world / result.metrics["train_seconds"], 1)
-    state_file = out / STATE
-    if state_file.exists():
-        result.artifacts.append(str(out / json.loads(state_file.read_text())["checkpoint"]))
+    last = checkpoints.latest(out)
+    if last is not None:
+        result.artifacts.append(str(last))
     stopped_early = args.stop_after_epochs is not None and args.stop_after_epochs < args.epochs
     result.check("epochs", bool(finished) or stopped_early,
                  value=result.metrics["epochs_done"], expected=args.epochs,
@@ -457,57 +454,6 @@ def _evaluate(drafter, verifier_head, data, args, device, autocast, dist, positi
     dist.all_sum(correct)
     dist.all_sum(counted)
     return [float(c) / float(n) if float(n) else 0.0 for c, n in zip(correct, counted, strict=True)]
-
-
-def _discard(out: Path) -> None:
-    """Remove what an earlier run under other settings left: its checkpoints, its state
-    and its configuration record (nothing else in OUT is ours to remove)."""
-    import shutil
-
-    gone = sorted(p.name for p in (out / "checkpoints").glob("epoch-*")) \
-        if (out / "checkpoints").is_dir() else []
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    for name in (STATE, CONFIG_FILE):
-        (out / name).unlink(missing_ok=True)
-    log(f"[train] on_other_config restart: discarded {len(gone)} checkpoint(s) an earlier "
-        f"run under other settings left in {out}")
-
-
-def _save(out: Path, epoch: int, drafter, optimizer, scheduler, history, digest,
-          save_weights) -> None:
-    import torch
-
-    ckpt = out / "checkpoints" / f"epoch-{epoch:03d}"
-    save_weights(drafter, ckpt)
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "epoch": epoch, "history": history, "config_hash": digest},
-               ckpt / "trainer.pt")
-    atomic_write_text(out / STATE, json.dumps({"epoch": epoch, "checkpoint":
-                                               str(ckpt.relative_to(out)),
-                                               "config_hash": digest}, indent=2))
-    log(f"[train] checkpoint {ckpt}")
-
-
-def _resume(out: Path, drafter, optimizer, scheduler, device) -> tuple[int, list]:
-    import torch
-
-    from pipeline.eagle3.model.drafter_files import load_safetensors
-
-    state_file = out / STATE
-    if not state_file.exists():
-        return 0, []
-    state = json.loads(state_file.read_text())
-    ckpt = out / state["checkpoint"]
-    weights = load_safetensors(ckpt / "model.safetensors")
-    drafter.load_state_dict(weights)
-    try:
-        trainer = torch.load(ckpt / "trainer.pt", map_location=device, weights_only=False)
-    except (OSError, RuntimeError, EOFError) as exc:
-        raise ActionError(f"unreadable trainer state ({exc})",
-                          where=str(ckpt / "trainer.pt")) from None
-    optimizer.load_state_dict(trainer["optimizer"])
-    scheduler.load_state_dict(trainer["scheduler"])
-    return int(state["epoch"]), list(trainer["history"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["byte_size", "capture_failure", "command_arg", "error_line", "json_value", "listener_pid", "port_in_use", "port_owner",
-           "serve_argv", "startup_phases"]
+__all__ = ["byte_size", "capture_failure", "command_arg", "error_line", "json_value",
+           "listener_pid", "port_in_use", "port_owner", "serve_argv", "startup_phases"]
 
 
 def command_arg(text: str) -> list[str]:

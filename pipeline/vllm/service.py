@@ -32,7 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ServiceRecord", "group_members", "process_start_time", "stop_argv", "stop_group"]
+__all__ = ["ServiceRecord", "group_members", "process_start_time", "process_tree", "stop_argv",
+           "stop_group"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,18 @@ def process_start_time(pid: int) -> str | None:
     return fields[19] if fields and len(fields) > 19 else None
 
 
+def _live_processes() -> list[tuple[int, list[str]]]:
+    """Every live (not zombie) process we can read: (pid, its stat fields after the name)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields and len(fields) > 2 and fields[0] != "Z":
+            found.append((int(entry.name), fields))
+    return found
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes in process group ``pgid``."""
     if not Path("/proc/self").exists():
@@ -97,14 +110,22 @@ def group_members(pgid: int) -> list[int]:
             return [pgid]
         except (ProcessLookupError, PermissionError):
             return []
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
+    return [pid for pid, fields in _live_processes() if fields[2] == str(pgid)]
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and every live process below it, by parent pid (a server's API process,
+    its EngineCore and workers, whatever process group they are in)."""
+    children: dict[int, list[int]] = {}
+    for pid, fields in _live_processes():
+        children.setdefault(int(fields[1]), []).append(pid)
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree.append(pid)
+            todo.extend(children.get(pid, []))
+    return tree
 
 
 def stop_group(pgid: int, grace: float = 10.0, start_time: str | None = None) -> str:

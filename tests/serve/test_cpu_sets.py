@@ -19,8 +19,8 @@ from pipeline.eagle3.serving.cpu_sets import (
     isolated,
     parse_cpu_list,
     plan,
-    process_tree,
 )
+from pipeline.vllm.service import process_tree
 from tests.conftest import ROOT
 from tests.serve.helpers import CHAT_PROMPTS
 from tests.serve.test_benchmark import SPEC, benchmark, sent

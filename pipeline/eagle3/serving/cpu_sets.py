@@ -26,9 +26,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pipeline.vllm.server import listener_pid
+from pipeline.vllm.service import process_tree
 
-__all__ = ["CLIENT", "Placement", "cpu_list", "isolated", "parse_cpu_list", "plan",
-           "process_tree"]
+__all__ = ["CLIENT", "Placement", "cpu_list", "isolated", "parse_cpu_list", "plan"]
 
 CLIENT = "client"
 _LOCAL = {"127.0.0.1", "localhost", "::1", "0.0.0.0", ""}
@@ -144,28 +144,6 @@ def plan(names: Sequence[str], allowed: Iterable[int], sys_root: Path = Path("/s
     groups = {name: tuple(sorted(cpu for core in cores[i * per:(i + 1) * per] for cpu in core))
               for i, name in enumerate(names)}
     return Placement(groups=groups, source=source)
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and every live process below it (by parent pid, from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        text = _read(entry / "stat")
-        if not text:
-            continue
-        fields = text.rsplit(")", 1)[-1].split()
-        if len(fields) > 1 and fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        if pid in tree:
-            continue
-        tree.append(pid)
-        todo.extend(children.get(pid, []))
-    return tree
 
 
 def _threads(pid: int) -> list[int]:
