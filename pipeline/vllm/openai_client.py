@@ -21,6 +21,10 @@ One :class:`StreamTiming` per request records what a serving benchmark needs:
   generated token ids when the server sends them (vLLM does for ``return_token_ids: true``),
   so that two servers' answers to the same greedy request can be compared.
 
+A :class:`Connections` (one per thread) keeps each server's connection open from one
+streaming request to the next, as ``vllm bench serve`` does; without one, every request
+opens and closes its own.
+
 Errors never raise out of :func:`stream_request`: a refused connection, an HTTP error or a
 broken stream is a failed :class:`StreamTiming` with the reason, so one bad request cannot
 end a benchmark.
@@ -37,7 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["HTTPAnswer", "StreamTiming", "get", "post_json", "stream_request"]
+__all__ = ["Connections", "HTTPAnswer", "StreamTiming", "get", "post_json", "stream_request"]
 
 Clock = Callable[[], float]
 
@@ -67,11 +71,69 @@ def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, s
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) URL: {url!r}")
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = cls(parts.hostname, parts.port, timeout=timeout)
-    path = parts.path or "/"
-    if parts.query:
-        path += "?" + parts.query
-    return conn, path
+    return cls(parts.hostname, parts.port, timeout=timeout), _path(parts)
+
+
+def _path(parts: urllib.parse.SplitResult) -> str:
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+class Connections:
+    """One thread's kept-alive connections, one per server, for requests sent one after
+    another: as ``vllm bench serve``'s aiohttp connector keeps them (``keepalive_timeout``
+    60 s). A connection per request instead makes the server accept and set up a
+    connection for every answer, work that competes with streaming when the API server is
+    the busy part (a small verifier at 64 requests in flight). A request on a kept
+    connection the server has closed meanwhile is sent once more, on a fresh one."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str, str, int | None], http.client.HTTPConnection] = {}
+        self.opened = 0  # connections made: what the tests and the bench count
+
+    def send(self, url: str, data: bytes, headers: Mapping[str, str], timeout: float,
+             clock: Clock) -> tuple[http.client.HTTPResponse, float]:
+        """POST ``data``: the response and when the request was sent."""
+        for attempt in (1, 2):
+            conn, path, reused = self._get(url, timeout)
+            started = clock()
+            try:
+                conn.request("POST", path, body=data, headers=dict(headers))
+                return conn.getresponse(), started
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.drop(url)
+                if not reused or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def release(self, url: str, resp: http.client.HTTPResponse) -> None:
+        """Keep the connection of a response read to its end, unless the server closes
+        it (an HTTP/1.0 server, or ``Connection: close``)."""
+        if resp.will_close or not resp.isclosed():
+            self.drop(url)
+
+    def drop(self, url: str) -> None:
+        conn = self._open.pop(self._key(url), None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        for conn in self._open.values():
+            conn.close()
+        self._open.clear()
+
+    @staticmethod
+    def _key(url: str) -> tuple[str, str, int | None]:
+        parts = urllib.parse.urlsplit(url)
+        return parts.scheme, parts.hostname or "", parts.port
+
+    def _get(self, url: str, timeout: float) -> tuple[http.client.HTTPConnection, str, bool]:
+        kept = self._open.get(self._key(url))
+        if kept is not None:
+            return kept, _path(urllib.parse.urlsplit(url)), True
+        fresh, path = _connection(url, timeout)  # ValueError for a URL that is not http(s)
+        self._open[self._key(url)] = fresh
+        self.opened += 1
+        return fresh, path, False
 
 
 def _headers(api_key: str | None, json_body: bool) -> dict[str, str]:
@@ -168,23 +230,26 @@ def _delta_text(choice: Mapping[str, Any]) -> tuple[str, str]:
 
 def stream_request(base_url: str, path: str, body: Mapping[str, Any], *,
                    timeout: float = 600.0, api_key: str | None = None,
-                   clock: Clock = time.perf_counter) -> StreamTiming:
-    """POST a streaming chat/completions request and time it; never raises."""
+                   clock: Clock = time.perf_counter,
+                   connections: Connections | None = None) -> StreamTiming:
+    """POST a streaming chat/completions request and time it; never raises. With
+    ``connections`` (one per thread) the connection is kept for the next request."""
     payload = {**body, "stream": True}
     payload.setdefault("stream_options", {"include_usage": True})
     data = json.dumps(payload).encode()
     timing = StreamTiming()
     reasoning_parts: list[str] = []
     content_parts: list[str] = []
+    url = base_url.rstrip("/") + path
+    pool = connections if connections is not None else Connections()
+    resp: http.client.HTTPResponse | None = None
     try:
-        conn, base_path = _connection(base_url.rstrip("/") + path, timeout)
-    except ValueError as exc:
-        timing.error = str(exc)
-        return timing
-    try:
-        timing.started = clock()
-        conn.request("POST", base_path, body=data, headers=_headers(api_key, True))
-        resp = conn.getresponse()
+        try:
+            resp, timing.started = pool.send(url, data, _headers(api_key, True), timeout,
+                                             clock)
+        except ValueError as exc:
+            timing.error = str(exc)
+            return timing
         if resp.status != 200:
             answer = HTTPAnswer(resp.status, resp.read())
             timing.error = answer.describe()
@@ -253,6 +318,7 @@ def stream_request(base_url: str, path: str, body: Mapping[str, Any], *,
         if not done:
             timing.error = "stream ended without [DONE]"
             return timing
+        resp.read()  # the chunked body's end, after [DONE]: the connection is then free
         if not timing.usage_reported:
             timing.output_tokens = timing.chunks
         if timing.ttft is None:
@@ -264,4 +330,7 @@ def stream_request(base_url: str, path: str, body: Mapping[str, Any], *,
         timing.error = _reason(exc)
         return timing
     finally:
-        conn.close()
+        if resp is not None and connections is not None and timing.ok:
+            pool.release(url, resp)
+        else:
+            pool.drop(url)

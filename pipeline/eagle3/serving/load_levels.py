@@ -2,7 +2,8 @@
 
 :func:`run_level` sends streaming requests (OpenAI chat or completions,
 :mod:`pipeline.vllm.openai_client`), ``level.concurrency`` at a time, cycling the prompt
-set, and records each one's timing into its :class:`Level`; :meth:`Level.summary` gives
+set, each worker on one kept-alive connection, and records each one's timing into its
+:class:`Level`; :meth:`Level.summary` gives
 throughput and TTFT/TPOT/ITL/latency percentiles. A level measures something only when it
 lasts: it sends at least ``level.requests`` requests and keeps sending until
 ``min_seconds`` have passed, then finishes the pass over the prompt set it is in, so every
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.vllm.metrics import SpecDelta
-from pipeline.vllm.openai_client import StreamTiming, stream_request
+from pipeline.vllm.openai_client import Connections, StreamTiming, stream_request
 
 __all__ = ["Interrupted", "Level", "percentiles", "run_level"]
 
@@ -139,16 +140,21 @@ def run_level(level: Level, bodies: list[tuple[str, dict[str, Any]]], *, timeout
         return time.perf_counter() - started < min_seconds or i % len(bodies) != 0
 
     def worker() -> None:
-        while not stop.is_set():
-            with lock:
-                i = next_index[0]
-                if not wanted(i):
-                    return
-                next_index[0] += 1
-            path, body = bodies[i % len(bodies)]
-            timing = stream_request(level.url, path, body, timeout=timeout, api_key=api_key)
-            with lock:
-                level.records.append((i, timing))
+        kept = Connections()  # one connection a worker, kept, as vllm bench serve keeps them
+        try:
+            while not stop.is_set():
+                with lock:
+                    i = next_index[0]
+                    if not wanted(i):
+                        return
+                    next_index[0] += 1
+                path, body = bodies[i % len(bodies)]
+                timing = stream_request(level.url, path, body, timeout=timeout,
+                                        api_key=api_key, connections=kept)
+                with lock:
+                    level.records.append((i, timing))
+        finally:
+            kept.close()
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(
         level.concurrency if min_seconds > 0 else min(level.concurrency, level.requests))]
